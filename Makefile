@@ -1,0 +1,42 @@
+# loraflow: one venv, two promises (`make run`, `make test`).
+PYTHON ?= python3
+VENV   := .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.installed
+
+.DEFAULT_GOAL := help
+.PHONY: help venv run serve test lint bench soak clean
+
+help: ## Show this help
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*## "}; {printf "  make %-8s %s\n", $$1, $$2}'
+
+$(STAMP): pyproject.toml constraints.txt
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	@$(PY) -m pip install -q --disable-pip-version-check --upgrade 'pip==25.3'
+	@$(PY) -m pip install -q --disable-pip-version-check -c constraints.txt -e '.[dev]'
+	@touch $(STAMP)
+
+venv: $(STAMP) ## Create or refresh the virtualenv (idempotent)
+
+run: $(STAMP) ## Start the embedded stack and run the demo lifecycle
+	$(PY) -m devstack demo
+
+serve: $(STAMP) ## Keep the embedded stack running in the foreground
+	$(PY) -m devstack serve
+
+test: $(STAMP) ## Run the test suite
+	$(PY) -m pytest
+
+lint: $(STAMP) ## ruff + mypy
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/mypy functions events devstack loraflow
+
+bench: $(STAMP) ## Run the benchmark suite, write bench/results/*.json
+	$(PY) -m bench
+
+soak: $(STAMP) ## Longer chaos soak
+	LORAFLOW_SOAK_SECONDS=600 $(PY) -m pytest tests/reliability -k soak
+
+clean: ## Remove the virtualenv and caches
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .devstack

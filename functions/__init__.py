@@ -1,0 +1,1 @@
+"""loraflow functions: one CloudEvent step per module (see docs/contracts.md)."""

@@ -1,0 +1,1 @@
+"""Typed models of the Kubernetes resources loraflow reads and writes (pure, no I/O)."""
