@@ -1,0 +1,101 @@
+"""Seed 1 (`rackai.rackspace.com/v1alpha1`): LoRAAdapter stored in SeaweedFS, Model, ModelDeployment."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field
+
+from functions.resources.meta import Condition, ObjectMeta
+from functions.resources.wire import WireModel
+
+GROUP = "rackai.rackspace.com"
+VERSION = "v1alpha1"
+API_VERSION = f"{GROUP}/{VERSION}"
+
+Phase = Literal["Pending", "Processing", "Ready", "Failed"]
+
+
+class Integrity(WireModel):
+    md5: dict[str, str] | None = None
+
+
+class LoRAAdapterSpec(WireModel):
+    model: str = Field(min_length=1)
+    dataset: str | None = None
+    description: str | None = Field(default=None, max_length=1024)
+    display_name: str | None = Field(default=None, max_length=128)
+    integrity: Integrity | None = None
+    source_fine_tuning_job: str | None = None
+    tags: list[str] | None = None
+
+
+class FileInfo(WireModel):
+    path: str
+    size: int
+
+
+class FileStatus(WireModel):
+    md5: str | None = None
+    size: int | None = None
+
+
+class IntegrityStatus(WireModel):
+    files: dict[str, FileStatus] | None = None
+
+
+class StorageRef(WireModel):
+    path: str | None = None
+
+
+class LoRAAdapterStatus(WireModel):
+    conditions: list[Condition] | None = None
+    files: list[FileInfo] | None = None
+    integrity: IntegrityStatus | None = None
+    observed_generation: int | None = None
+    phase: Phase | None = None
+    ready: bool | None = None
+    size: int | str | None = None
+    storage_ref: StorageRef | None = None
+    upload_complete: bool | None = None
+    used_by: list[str] | None = None
+
+
+class LoRAAdapter(WireModel):
+    api_version: str = API_VERSION
+    kind: str = "LoRAAdapter"
+    metadata: ObjectMeta = Field(default_factory=ObjectMeta)
+    spec: LoRAAdapterSpec
+    status: LoRAAdapterStatus | None = None
+
+
+class ModelSpec(WireModel):
+    display_name: str | None = None
+    description: str | None = None
+    source: str | None = None
+    tags: list[str] | None = None
+
+
+class Model(WireModel):
+    api_version: str = API_VERSION
+    kind: str = "Model"
+    metadata: ObjectMeta = Field(default_factory=ObjectMeta)
+    spec: ModelSpec = Field(default_factory=ModelSpec)
+
+
+class ModelDeploymentSpec(WireModel):
+    model: str = Field(min_length=1)
+    replicas: int | None = Field(default=None, ge=0)
+    lora_adapters: list[str] | None = None
+
+
+class WorkloadStatus(WireModel):
+    ready_replicas: int | None = None
+
+
+class ModelDeployment(WireModel):
+    api_version: str = API_VERSION
+    kind: str = "ModelDeployment"
+    metadata: ObjectMeta = Field(default_factory=ObjectMeta)
+    spec: ModelDeploymentSpec
+    status: WorkloadStatus | None = None
