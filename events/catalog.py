@@ -5,6 +5,7 @@
 
 from __future__ import annotations
 
+import builtins
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,7 +25,7 @@ Direction = Literal["emitted", "consumed"]
 @dataclass(frozen=True)
 class EventType:
     type: str
-    payload: type[BaseModel]
+    payload: builtins.type[BaseModel]
     direction: Direction
     emitted_by: str
     summary: str
@@ -40,34 +41,111 @@ class EventType:
 
 
 CATALOG: tuple[EventType, ...] = (
-    EventType(domain.FILE_CHANGED, domain.FileChanged, "emitted", "ingest",
-              "A file under /loraadapters/ changed in storage", "full storage path"),
-    EventType(domain.ADAPTER_ADMITTED, domain.AdapterAdmitted, "emitted", "admit",
-              "An adapter's spec was accepted; storage path and finalizer are set", "adapter"),
-    EventType(domain.ADAPTER_STAT_COMPLETED, domain.AdapterStatCompleted, "emitted", "stat",
-              "Storage was listed and the observation changed", "adapter"),
-    EventType(domain.ADAPTER_READY, domain.AdapterReady, "emitted", "verify",
-              "Every declared file is in storage with its MD5", "adapter"),
-    EventType(domain.ADAPTER_FAILED, domain.AdapterFailed, "emitted", "verify",
-              "Integrity check failed (reason and paths in data)", "adapter"),
-    EventType(domain.ADAPTER_LOADED, domain.AdapterLoaded, "emitted", "load",
-              "The adapter is loaded in the listed pods (failures listed)", "adapter"),
-    EventType(domain.ADAPTER_UNLOADED, domain.AdapterUnloaded, "emitted", "unload",
-              "The adapter was unloaded from the listed pods", "adapter"),
-    EventType(domain.POD_RELOADED, domain.PodReloaded, "emitted", "reload",
-              "A restarted or new replica got back the adapters it should serve", "pod"),
-    EventType(domain.ADAPTER_DRIFTED, domain.AdapterDrifted, "emitted", "resync",
-              "Resync found drift; extension `loraflowstep` names the step to run", "adapter"),
-    EventType(external.API_ADD, external.KubeObject, "consumed", "ApiServerSource",
-              "A watched object was added (data: the object)", "object path"),
-    EventType(external.API_UPDATE, external.KubeObject, "consumed", "ApiServerSource",
-              "A watched object changed, status writes included (data: the object)", "object path"),
-    EventType(external.API_DELETE, external.KubeObject, "consumed", "ApiServerSource",
-              "A watched object was deleted (data: its last state)", "object path"),
-    EventType(external.PING, external.PingData, "consumed", "PingSource",
-              "Periodic resync tick", "-"),
-    EventType(external.AWS_SQS, external.PingData, "consumed", "IntegrationSource (aws.sqs)",
-              "SeaweedFS aws_sqs notification: protobuf EventNotification bytes", "-"),
+    EventType(
+        domain.FILE_CHANGED,
+        domain.FileChanged,
+        "emitted",
+        "ingest",
+        "A file under /loraadapters/ changed in storage",
+        "full storage path",
+    ),
+    EventType(
+        domain.ADAPTER_ADMITTED,
+        domain.AdapterAdmitted,
+        "emitted",
+        "admit",
+        "An adapter's spec was accepted; storage path and finalizer are set",
+        "adapter",
+    ),
+    EventType(
+        domain.ADAPTER_STAT_COMPLETED,
+        domain.AdapterStatCompleted,
+        "emitted",
+        "stat",
+        "Storage was listed and the observation changed",
+        "adapter",
+    ),
+    EventType(
+        domain.ADAPTER_READY,
+        domain.AdapterReady,
+        "emitted",
+        "verify",
+        "Every declared file is in storage with its MD5",
+        "adapter",
+    ),
+    EventType(
+        domain.ADAPTER_FAILED,
+        domain.AdapterFailed,
+        "emitted",
+        "verify",
+        "Integrity check failed (reason and paths in data)",
+        "adapter",
+    ),
+    EventType(
+        domain.ADAPTER_LOADED,
+        domain.AdapterLoaded,
+        "emitted",
+        "load",
+        "The adapter is loaded in the listed pods (failures listed)",
+        "adapter",
+    ),
+    EventType(
+        domain.ADAPTER_UNLOADED,
+        domain.AdapterUnloaded,
+        "emitted",
+        "unload",
+        "The adapter was unloaded from the listed pods",
+        "adapter",
+    ),
+    EventType(
+        domain.POD_RELOADED,
+        domain.PodReloaded,
+        "emitted",
+        "reload",
+        "A restarted or new replica got back the adapters it should serve",
+        "pod",
+    ),
+    EventType(
+        domain.ADAPTER_DRIFTED,
+        domain.AdapterDrifted,
+        "emitted",
+        "resync",
+        "Resync found drift; extension `loraflowstep` names the step to run",
+        "adapter",
+    ),
+    EventType(
+        external.API_ADD,
+        external.KubeObject,
+        "consumed",
+        "ApiServerSource",
+        "A watched object was added (data: the object)",
+        "object path",
+    ),
+    EventType(
+        external.API_UPDATE,
+        external.KubeObject,
+        "consumed",
+        "ApiServerSource",
+        "A watched object changed, status writes included (data: the object)",
+        "object path",
+    ),
+    EventType(
+        external.API_DELETE,
+        external.KubeObject,
+        "consumed",
+        "ApiServerSource",
+        "A watched object was deleted (data: its last state)",
+        "object path",
+    ),
+    EventType(external.PING, external.PingData, "consumed", "PingSource", "Periodic resync tick", "-"),
+    EventType(
+        external.AWS_SQS,
+        external.PingData,
+        "consumed",
+        "IntegrationSource (aws.sqs)",
+        "SeaweedFS aws_sqs notification: protobuf EventNotification bytes",
+        "-",
+    ),
 )
 
 BY_TYPE = {entry.type: entry for entry in CATALOG}

@@ -37,8 +37,8 @@ class Payload(BaseModel):
 class AdapterRef(Payload):
     """Which LoRAAdapter an event is about; the handler re-reads it (the event is a nudge)."""
 
-    api_version: Literal["rackai.rackspace.com/v1alpha1", "inference.rackai.rackspace.com/v1alpha1"] = (
-        Field(alias="apiVersion")
+    api_version: Literal["rackai.rackspace.com/v1alpha1", "inference.rackai.rackspace.com/v1alpha1"] = Field(
+        alias="apiVersion"
     )
     namespace: str = Field(pattern=LABEL_PATTERN, max_length=63)
     name: str = Field(pattern=NAME_PATTERN, max_length=253)

@@ -1,0 +1,230 @@
+"""The thin shell around every step: CloudEvent in, outcome out, in exactly one place.
+
+| outcome                        | HTTP                                   |
+|--------------------------------|----------------------------------------|
+| done, nothing to say           | 204, empty body                        |
+| done, next step to run         | 200 + reply CloudEvent (binary mode)   |
+| Reject (never processable)     | 400 + a message naming the problem     |
+| Retryable (dependency, race)   | 503 (the Broker redelivers)            |
+| anything else (a bug)          | 500                                    |
+
+An empty body or a real CloudEvent is all a Knative broker accepts from a subscriber (a
+non-CloudEvent body is a failed delivery), so nothing else is ever answered with 2xx.
+`GET /healthz` and `GET /metrics` are answered here too (probes and Prometheus).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Callable, Collection
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from functools import cache
+from typing import Any, TypeVar
+from uuid import uuid4
+
+import flask
+import functions_framework
+from cloudevents.exceptions import GenericException
+from cloudevents.http import CloudEvent, from_http, to_binary
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from pydantic import BaseModel, ValidationError
+
+from functions.errors import Reject, Retryable
+from functions.observability import EVENTS, REGISTRY, STEP_SECONDS, configure_logging
+from functions.settings import Settings
+
+log = logging.getLogger("loraflow.edge")
+
+MAX_BODY_BYTES = 4 << 20
+"""A Kubernetes object is at most ~1.5 MiB; anything much larger is not an event for us."""
+
+Reply = CloudEvent | None
+Handler = Callable[[CloudEvent, "Deps"], Reply]
+WebhookHandler = Callable[[flask.Request, "Deps"], Reply]
+P = TypeVar("P", bound=BaseModel)
+
+
+@dataclass
+class Deps:
+    """Everything a handler talks to, built once per process (lazily, never at import)."""
+
+    settings: Settings
+    clock: Callable[[], datetime] = field(default=lambda: datetime.now(UTC))
+    _cache: dict[str, Any] = field(default_factory=dict)
+
+    def _once(self, key: str, build: Callable[[], Any]) -> Any:
+        if key not in self._cache:
+            self._cache[key] = build()
+        return self._cache[key]
+
+    @property
+    def kube(self) -> Any:
+        from functions.adapters.kube import Kube, connect
+
+        return self._once("kube", lambda: Kube(connect(self.settings.kubeconfig)))
+
+    @property
+    def storage(self) -> Any:
+        from functions.adapters.storage import build_storage
+
+        return self._once("storage", lambda: build_storage(self.settings))
+
+    @property
+    def engines(self) -> Any:
+        from functions.adapters.engines import Engines
+
+        return self._once("engines", lambda: Engines(self.settings))
+
+    @property
+    def broker(self) -> Any:
+        from functions.adapters.broker import Broker
+
+        return self._once("broker", lambda: Broker(self.settings.broker_url))
+
+
+@cache
+def deps() -> Deps:
+    configure_logging()
+    return Deps(Settings.from_env())
+
+
+def reset_deps() -> None:
+    """Forget the cached clients (tests change the environment between cases)."""
+    deps.cache_clear()
+
+
+# -- parsing ---------------------------------------------------------------------------------
+def parse(request: flask.Request) -> CloudEvent:
+    """A CloudEvent from a binary- or structured-mode request, or Reject naming the problem."""
+    body = request.get_data(cache=True)
+    if len(body) > MAX_BODY_BYTES:
+        raise Reject(f"body of {len(body)} bytes exceeds the {MAX_BODY_BYTES}-byte limit")
+    try:
+        event = from_http(dict(request.headers), body)
+    except (GenericException, ValueError, TypeError, AttributeError) as err:
+        raise Reject(f"not a valid CloudEvent: {err}") from err
+    for attribute in ("id", "source", "type"):
+        if not isinstance(event.get(attribute), str) or not event.get(attribute):
+            raise Reject(f"CloudEvent attribute {attribute!r} is missing or empty")
+    return event
+
+
+def data_as(event: CloudEvent, model: type[P]) -> P:
+    """Validate the event's data against its payload model, or Reject with the field paths."""
+    data = event.get_data()
+    if isinstance(data, bytes | str):
+        try:
+            data = json.loads(data)
+        except (ValueError, UnicodeDecodeError) as err:
+            raise Reject(f"data of {event['type']} is not JSON: {err}") from err
+    try:
+        return model.model_validate(data)
+    except ValidationError as err:
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in e['loc']) or 'data'}: {e['msg']}" for e in err.errors()[:5]
+        )
+        raise Reject(f"data of {event['type']} is invalid: {problems}") from err
+
+
+def reply(
+    type_: str, function: str, subject: str, data: BaseModel, extensions: dict[str, str] | None = None
+) -> CloudEvent:
+    """Our outgoing event: JSON data by alias, source `/loraflow/<function>`."""
+    attributes = {
+        "type": type_,
+        "source": f"/loraflow/{function}",
+        "subject": subject,
+        "id": str(uuid4()),
+        "datacontenttype": "application/json",
+        **(extensions or {}),
+    }
+    return CloudEvent(attributes, data.model_dump(mode="json", by_alias=True))
+
+
+# -- the function wrapper --------------------------------------------------------------------
+def function(
+    name: str,
+    accepts: Collection[str],
+    handle: Handler,
+    webhook: WebhookHandler | None = None,
+) -> Callable[[flask.Request], flask.Response]:
+    """Turn `handle(event, deps)` into a functions-framework `http` function named `name`."""
+
+    def view(request: flask.Request) -> flask.Response:
+        if request.method == "GET":
+            return _probe(request)
+        started = time.perf_counter()
+        event: CloudEvent | None = None
+        try:
+            if webhook is not None and not _looks_like_cloudevent(request):
+                result = webhook(request, deps())
+            else:
+                event = parse(request)
+                if event["type"] not in accepts:
+                    raise Reject(f"{name} does not handle events of type {event['type']!r}")
+                result = handle(event, deps())
+            response, outcome = _answer(result)
+        except Reject as err:
+            response, outcome = flask.Response(str(err) + "\n", 400, mimetype="text/plain"), "rejected"
+        except Retryable as err:
+            response, outcome = flask.Response(str(err) + "\n", 503, mimetype="text/plain"), "retry"
+        except Exception:
+            log.exception("Handler crashed", extra=_context(name, event))
+            response, outcome = flask.Response("internal error\n", 500, mimetype="text/plain"), "error"
+        elapsed = time.perf_counter() - started
+        event_type = event["type"] if event is not None else "webhook"
+        EVENTS.labels(name, event_type if outcome != "rejected" else "-", outcome).inc()
+        STEP_SECONDS.labels(name).observe(elapsed)
+        level = logging.WARNING if outcome in ("rejected", "retry", "error") else logging.INFO
+        detail = response.get_data(as_text=True).strip() if response.status_code >= 400 else ""
+        log.log(
+            level,
+            "Handled event",
+            extra={
+                **_context(name, event),
+                "outcome": outcome,
+                "status": response.status_code,
+                "detail": detail,
+                "duration_ms": round(elapsed * 1000, 2),
+            },
+        )
+        return response
+
+    view.__name__ = name
+    view.__qualname__ = name
+    functions_framework.http(view)  # registers `name` as an http-signature target
+    return view
+
+
+def _looks_like_cloudevent(request: flask.Request) -> bool:
+    return "ce-specversion" in request.headers or (request.mimetype or "").startswith(
+        "application/cloudevents"
+    )
+
+
+def _answer(result: Reply) -> tuple[flask.Response, str]:
+    if result is None:
+        return flask.Response(status=204), "done"
+    headers, body = to_binary(result)
+    return flask.Response(body, 200, headers=headers), "replied"
+
+
+def _probe(request: flask.Request) -> flask.Response:
+    if request.path.rstrip("/") == "/metrics":
+        return flask.Response(generate_latest(REGISTRY), 200, mimetype=CONTENT_TYPE_LATEST)
+    return flask.Response("ok\n", 200, mimetype="text/plain")
+
+
+def _context(function_name: str, event: CloudEvent | None) -> dict[str, Any]:
+    context: dict[str, Any] = {"function": function_name}
+    if event is not None:
+        context.update(
+            ce_id=event.get("id"),
+            ce_type=event.get("type"),
+            ce_subject=event.get("subject"),
+            traceparent=event.get("traceparent"),
+        )
+    return context

@@ -1,0 +1,25 @@
+"""Publishing our own events to the Broker (resync's nudges; replies go back in the response)."""
+
+from __future__ import annotations
+
+import httpx
+from cloudevents.http import CloudEvent, to_binary
+
+from functions.errors import Retryable
+
+
+class Broker:
+    def __init__(self, url: str | None, timeout: float = 10.0) -> None:
+        self._url = url
+        self._http = httpx.Client(timeout=timeout)
+
+    def publish(self, event: CloudEvent) -> None:
+        if not self._url:
+            raise Retryable("no broker URL configured (K_SINK or LORAFLOW_BROKER_URL)")
+        headers, body = to_binary(event)
+        try:
+            response = self._http.post(self._url, headers=headers, content=body)
+        except httpx.HTTPError as err:
+            raise Retryable(f"broker unreachable: {err}") from err
+        if response.status_code >= 300:
+            raise Retryable(f"broker answered {response.status_code}")

@@ -1,0 +1,216 @@
+"""Storage backends behind one small interface: list a directory, hash or read a file.
+
+- SeaweedFS filer over HTTP: JSON listing (only for `Accept: application/json`, exactly),
+  paginated by `limit`/`lastFileName`; `Md5` is base64 of the raw digest, or null
+  (weed/server/filer_server_handlers_read_dir.go).
+- S3 (SeaweedFS S3 gateway, AWS, MinIO) via boto3: a plain 32-hex ETag is the MD5; an
+  ETag with `-N` (multipart) is not (weed/s3api/filer_multipart.go, AWS docs).
+A missing MD5 is reported as None; the caller decides to hash by streaming or to wait.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+import re
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import httpx
+
+from functions.errors import StorageUnavailable
+from functions.settings import Settings
+
+CHUNK = 4 << 20
+DIRECTORY_BIT = 0x80000000
+_PLAIN_ETAG = re.compile(r"^[0-9a-f]{32}$")
+
+
+@dataclass(frozen=True)
+class StoredFile:
+    path: str
+    size: int
+    md5: str | None
+    """Hex MD5 as the backend reported it; None when it reported none."""
+
+
+class Storage(Protocol):
+    def stat_dir(self, directory: str) -> list[StoredFile]:
+        """Every file under `directory` (recursively), sorted by path; [] when it does not exist."""
+        ...
+
+    def hash_file(self, path: str, max_bytes: int) -> str | None:
+        """Hex MD5 of the content, streamed in chunks; None when larger than `max_bytes` or gone."""
+        ...
+
+    def read_small(self, path: str, max_bytes: int) -> bytes | None:
+        """The content of a small file (e.g. adapter_config.json); None when missing or too large."""
+        ...
+
+
+def md5_from_base64(value: str | None) -> str | None:
+    """The filer's `Md5` (base64 of the 16 raw bytes) as hex; None for null or malformed values."""
+    if not value:
+        return None
+    try:
+        raw = base64.b64decode(value, validate=True)
+    except (binascii.Error, ValueError):
+        return None
+    return raw.hex() if len(raw) == 16 else None
+
+
+def md5_from_etag(etag: str | None) -> str | None:
+    """An S3 ETag is the MD5 only in its plain 32-hex form (`"...-N"` is a multipart digest)."""
+    if not etag:
+        return None
+    bare = etag.strip().strip('"').lower()
+    return bare if _PLAIN_ETAG.match(bare) else None
+
+
+class FilerStorage:
+    def __init__(self, base_url: str, page_size: int, timeout: float = 30.0) -> None:
+        self._http = httpx.Client(base_url=base_url.rstrip("/"), timeout=timeout)
+        self._page_size = page_size
+
+    def stat_dir(self, directory: str) -> list[StoredFile]:
+        files: list[StoredFile] = []
+        pending = [directory.rstrip("/") + "/"]
+        while pending:
+            current = pending.pop()
+            for entry in self._entries(current):
+                if int(entry.get("Mode") or 0) & DIRECTORY_BIT:
+                    pending.append(str(entry["FullPath"]).rstrip("/") + "/")
+                else:
+                    files.append(
+                        StoredFile(
+                            path=str(entry["FullPath"]),
+                            size=int(entry.get("FileSize") or 0),
+                            md5=md5_from_base64(entry.get("Md5")),
+                        )
+                    )
+        return sorted(files, key=lambda f: f.path)
+
+    def _entries(self, directory: str) -> list[dict[str, Any]]:
+        entries: list[dict[str, Any]] = []
+        last = ""
+        while True:
+            params = {"limit": str(self._page_size)}
+            if last:
+                params["lastFileName"] = last
+            response = self._get(directory, params=params, headers={"Accept": "application/json"})
+            if response.status_code == 404:
+                return []
+            page = response.json()
+            entries.extend(page.get("Entries") or [])
+            if not page.get("ShouldDisplayLoadMore") or not page.get("LastFileName"):
+                return entries
+            last = page["LastFileName"]
+
+    def hash_file(self, path: str, max_bytes: int) -> str | None:
+        digest = hashlib.md5(usedforsecurity=False)
+        try:
+            with self._http.stream("GET", path) as response:
+                if response.status_code == 404:
+                    return None
+                _raise_for_unavailable(response, path)
+                declared = int(response.headers.get("Content-Length") or 0)
+                if declared > max_bytes:
+                    return None
+                seen = 0
+                for chunk in response.iter_raw(CHUNK):
+                    seen += len(chunk)
+                    if seen > max_bytes:
+                        return None
+                    digest.update(chunk)
+        except httpx.HTTPError as err:
+            raise StorageUnavailable(f"filer GET {path}: {err}") from err
+        return digest.hexdigest()
+
+    def read_small(self, path: str, max_bytes: int) -> bytes | None:
+        response = self._get(path)
+        if response.status_code == 404 or len(response.content) > max_bytes:
+            return None
+        return response.content
+
+    def _get(self, path: str, **kwargs: Any) -> httpx.Response:
+        try:
+            response = self._http.get(path, **kwargs)
+        except httpx.HTTPError as err:
+            raise StorageUnavailable(f"filer GET {path}: {err}") from err
+        if response.status_code != 404:
+            _raise_for_unavailable(response, path)
+        return response
+
+
+def _raise_for_unavailable(response: httpx.Response, path: str) -> None:
+    if response.status_code >= 400:
+        raise StorageUnavailable(f"filer GET {path}: HTTP {response.status_code}")
+
+
+class S3Storage:
+    """Paths map to keys without the leading slash: `/loraadapters/a/b` -> `loraadapters/a/b`."""
+
+    def __init__(self, s3: Any, bucket: str) -> None:
+        self._s3 = s3
+        self._bucket = bucket
+
+    def stat_dir(self, directory: str) -> list[StoredFile]:
+        from botocore.exceptions import BotoCoreError, ClientError
+
+        prefix = directory.strip("/") + "/"
+        files: list[StoredFile] = []
+        try:
+            for page in self._s3.get_paginator("list_objects_v2").paginate(
+                Bucket=self._bucket, Prefix=prefix
+            ):
+                for item in page.get("Contents") or []:
+                    files.append(
+                        StoredFile("/" + item["Key"], int(item["Size"]), md5_from_etag(item.get("ETag")))
+                    )
+        except (BotoCoreError, ClientError) as err:
+            if _s3_code(err) == "NoSuchBucket":
+                return []
+            raise StorageUnavailable(f"S3 list {prefix}: {err}") from err
+        return sorted(files, key=lambda f: f.path)
+
+    def hash_file(self, path: str, max_bytes: int) -> str | None:
+        body = self._open(path)
+        if body is None or int(body["ContentLength"]) > max_bytes:
+            return None
+        digest = hashlib.md5(usedforsecurity=False)
+        for chunk in body["Body"].iter_chunks(CHUNK):
+            digest.update(chunk)
+        return digest.hexdigest()
+
+    def read_small(self, path: str, max_bytes: int) -> bytes | None:
+        body = self._open(path)
+        if body is None or int(body["ContentLength"]) > max_bytes:
+            return None
+        content: bytes = body["Body"].read()
+        return content
+
+    def _open(self, path: str) -> dict[str, Any] | None:
+        from botocore.exceptions import BotoCoreError, ClientError
+
+        try:
+            result: dict[str, Any] = self._s3.get_object(Bucket=self._bucket, Key=path.lstrip("/"))
+        except (BotoCoreError, ClientError) as err:
+            if _s3_code(err) in ("NoSuchKey", "404", "NoSuchBucket"):
+                return None
+            raise StorageUnavailable(f"S3 get {path}: {err}") from err
+        return result
+
+
+def _s3_code(err: Exception) -> str:
+    response = getattr(err, "response", None) or {}
+    return str((response.get("Error") or {}).get("Code", ""))
+
+
+def build_storage(settings: Settings) -> Storage:
+    if settings.storage == "s3":
+        import boto3
+
+        s3 = boto3.client("s3", endpoint_url=settings.s3_endpoint, region_name=settings.s3_region)
+        return S3Storage(s3, settings.s3_bucket)
+    return FilerStorage(settings.filer_url, settings.filer_page_size)

@@ -1,0 +1,73 @@
+"""Storage paths and engine paths, built only from validated names (pure).
+
+Names reach us from events and objects; a name that is not a DNS label/subdomain could
+smuggle `..` or `/` into a path, so every path is built from checked parts and the result
+is checked again to lie under its root (no traversal).
+"""
+
+from __future__ import annotations
+
+import posixpath
+import re
+
+from functions.errors import Reject
+
+STORAGE_ROOT = "/loraadapters"
+_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+_DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+
+
+def check_label(value: str, what: str) -> str:
+    if len(value) > 63 or not _DNS_LABEL.match(value):
+        raise Reject(f"{what} {value!r} is not a DNS label (RFC 1123)")
+    return value
+
+
+def check_subdomain(value: str, what: str) -> str:
+    if len(value) > 253 or not _DNS_SUBDOMAIN.match(value):
+        raise Reject(f"{what} {value!r} is not a DNS subdomain (RFC 1123)")
+    return value
+
+
+def adapter_dir(namespace: str, model: str, name: str) -> str:
+    """`/loraadapters/{namespace}/{model}/{name}/` (seed 1 layout), trailing slash included."""
+    check_label(namespace, "namespace")
+    check_subdomain(model, "model")
+    check_subdomain(name, "adapter name")
+    return f"{STORAGE_ROOT}/{namespace}/{model}/{name}/"
+
+
+def engine_path(mount_root: str, storage_dir: str) -> str:
+    """Where an engine sees a storage directory through the SeaweedFS mount (vLLM lora_path)."""
+    root = posixpath.normpath(mount_root)
+    joined = posixpath.normpath(root + "/" + storage_dir.strip("/"))
+    if not joined.startswith(root.rstrip("/") + "/"):
+        raise Reject(f"storage path {storage_dir!r} escapes the mount root")
+    return joined
+
+
+def is_under(path: str, directory: str) -> bool:
+    """True when `path` lies strictly inside `directory` after normalisation (no `..` tricks)."""
+    if "\x00" in path or not path.startswith("/"):
+        return False
+    normal = posixpath.normpath(path)
+    return normal == path.rstrip("/") and normal.startswith(directory.rstrip("/") + "/")
+
+
+def check_storage_path(path: str) -> str:
+    """A notification path we accept: absolute, normalised, under /loraadapters/."""
+    if not is_under(path, STORAGE_ROOT):
+        raise Reject(f"path {path!r} is not a normalised path under {STORAGE_ROOT}/")
+    return path
+
+
+def adapter_of_path(path: str) -> tuple[str, str, str] | None:
+    """(namespace, model, name) of a file path under the seed-1 layout, if it has one."""
+    parts = check_storage_path(path).split("/")
+    # ['', 'loraadapters', ns, model, name, file...]
+    if len(parts) < 6:
+        return None
+    namespace, model, name = parts[2], parts[3], parts[4]
+    if not (_DNS_LABEL.match(namespace) and _DNS_SUBDOMAIN.match(model) and _DNS_SUBDOMAIN.match(name)):
+        return None
+    return namespace, model, name

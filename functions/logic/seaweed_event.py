@@ -1,0 +1,440 @@
+"""Our own typed reading of SeaweedFS ``filer_pb.EventNotification`` (``weed/pb/filer.proto``).
+
+Two encodings travel:
+
+* protobuf bytes (``proto.Marshal``): Kafka values, Pub/Sub data, and the ``aws_sqs`` queue, where
+  ``weed/notification/aws_sqs/aws_sqs_pub.go`` sends ``MessageBody: string(bytes)`` -- raw binary in
+  a string. :func:`decode_event_notification` reads bytes; :func:`decode_sqs_body` first turns an SQS
+  body back into bytes (see its docstring for how).
+* Go ``encoding/json`` of the generated struct (the ``webhook`` queue, ``weed/notification/webhook``):
+  snake_case protobuf json tags with ``omitempty`` (false/0/""/empty omitted), ``[]byte`` as std
+  base64, int64/uint64 as JSON numbers. :func:`parse_webhook_message` / :func:`to_webhook_message`.
+
+Fields read (numbers from ``weed/pb/filer.proto``)::
+
+    EventNotification: old_entry 1, new_entry 2, delete_chunks 3, new_parent_path 4,
+                       is_from_other_cluster 5, signatures 6 (repeated int32)
+    Entry:             name 1, is_directory 2, chunks 3, attributes 4, extended 5, ...
+    FuseAttributes:    file_size 1 (uint64), mtime 2 (int64, unix s), file_mode 3 (uint32),
+                       uid 4, gid 5, crtime 6 (int64), mime 7, ..., md5 14 (bytes)
+
+Unknown fields are skipped, as any protobuf reader does. Event semantics
+(``weed/filer/filer_notify.go``): create = new only; delete = old only; update = both, same
+directory and name; rename = both with a different ``new_parent_path`` or name. The event key is the
+full path of the old entry when there is one, else of the new entry.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import posixpath
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from functions.logic.protowire import (
+    Fields,
+    ProtoDecodeError,
+    as_signed32,
+    as_signed64,
+    decode_message,
+    decode_packed_varints,
+    encode_bool_field,
+    encode_bytes_field,
+    encode_packed_varints_field,
+    encode_string_field,
+    encode_varint_field,
+    get_bool,
+    get_bytes,
+    get_int,
+    get_string,
+)
+
+__all__ = [
+    "EntryInfo",
+    "EventType",
+    "FileChange",
+    "InvalidNotification",
+    "Notification",
+    "ProtoDecodeError",
+    "classify",
+    "decode_event_notification",
+    "decode_sqs_body",
+    "encode_event_notification",
+    "event_type_of",
+    "join_path",
+    "parse_webhook_message",
+    "sqs_body_from_bytes",
+    "to_webhook_message",
+]
+
+EventType = Literal["create", "update", "delete", "rename"]
+
+
+class InvalidNotification(ValueError):
+    """A webhook message (JSON form) or a notification that cannot be interpreted."""
+
+
+@dataclass(frozen=True, slots=True)
+class EntryInfo:
+    """The parts of ``filer_pb.Entry`` (+ its ``FuseAttributes``) we use. ``md5`` is the raw
+    16-byte digest or None when the filer did not record one (appends, S3 multipart, mount...)."""
+
+    name: str
+    is_directory: bool = False
+    file_size: int = 0
+    md5: bytes | None = None
+    mtime: int = 0
+    crtime: int = 0
+    file_mode: int = 0
+    mime: str = ""
+
+    @property
+    def md5_hex(self) -> str | None:
+        return self.md5.hex() if self.md5 else None
+
+
+@dataclass(frozen=True, slots=True)
+class Notification:
+    old_entry: EntryInfo | None = None
+    new_entry: EntryInfo | None = None
+    new_parent_path: str = ""
+    delete_chunks: bool = False
+    is_from_other_cluster: bool = False
+    signatures: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class FileChange:
+    """One classified filer event. ``path`` is the event key (old path for renames); ``size`` and
+    ``md5_hex`` describe the new entry (None for deletes, and md5 None when the filer has none)."""
+
+    path: str
+    event_type: EventType
+    new_path: str | None
+    size: int | None
+    md5_hex: str | None
+    is_directory: bool
+
+
+# ------------------------------------------------------------------------------ protobuf decode
+
+
+def _decode_attributes(raw: bytes, what: str) -> dict[str, Any]:
+    f = decode_message(raw, what=what)
+    md5 = get_bytes(f, 14, what=f"{what}.md5")
+    return {
+        "file_size": get_int(f, 1, what=f"{what}.file_size") or 0,
+        "mtime": as_signed64(get_int(f, 2, what=f"{what}.mtime") or 0),
+        "file_mode": (get_int(f, 3, what=f"{what}.file_mode") or 0) & 0xFFFFFFFF,
+        "crtime": as_signed64(get_int(f, 6, what=f"{what}.crtime") or 0),
+        "mime": get_string(f, 7, what=f"{what}.mime") or "",
+        "md5": md5 or None,  # proto3: empty bytes == absent
+    }
+
+
+def _decode_entry(raw: bytes, what: str) -> EntryInfo:
+    f = decode_message(raw, what=what)
+    attrs_raw = get_bytes(f, 4, what=f"{what}.attributes")
+    attrs = _decode_attributes(attrs_raw, f"{what}.attributes") if attrs_raw is not None else {}
+    return EntryInfo(
+        name=get_string(f, 1, what=f"{what}.name") or "",
+        is_directory=get_bool(f, 2, what=f"{what}.is_directory"),
+        **attrs,
+    )
+
+
+def _signatures(f: Fields, what: str) -> tuple[int, ...]:
+    out: list[int] = []
+    for value in f.get(6, []):
+        if isinstance(value, bytes):  # packed (proto3 default)
+            out.extend(as_signed32(v) for v in decode_packed_varints(value, what=what))
+        else:
+            out.append(as_signed32(value))
+    return tuple(out)
+
+
+def decode_event_notification(data: bytes) -> Notification:
+    """Decode ``proto.Marshal(EventNotification)`` bytes. Raises :class:`ProtoDecodeError` naming
+    the field that could not be decoded (for example ``EventNotification.new_entry.attributes``)."""
+    what = "EventNotification"
+    f = decode_message(data, what=what)
+    old_raw = get_bytes(f, 1, what=f"{what}.old_entry")
+    new_raw = get_bytes(f, 2, what=f"{what}.new_entry")
+    return Notification(
+        old_entry=_decode_entry(old_raw, f"{what}.old_entry") if old_raw is not None else None,
+        new_entry=_decode_entry(new_raw, f"{what}.new_entry") if new_raw is not None else None,
+        delete_chunks=get_bool(f, 3, what=f"{what}.delete_chunks"),
+        new_parent_path=get_string(f, 4, what=f"{what}.new_parent_path") or "",
+        is_from_other_cluster=get_bool(f, 5, what=f"{what}.is_from_other_cluster"),
+        signatures=_signatures(f, f"{what}.signatures"),
+    )
+
+
+# ------------------------------------------------------------------------------ protobuf encode
+
+
+def _encode_entry(entry: EntryInfo) -> bytes:
+    # proto3 marshalling omits zero values; field order follows the .proto numbering.
+    attrs = b""
+    if entry.file_size:
+        attrs += encode_varint_field(1, entry.file_size)
+    if entry.mtime:
+        attrs += encode_varint_field(2, entry.mtime)
+    if entry.file_mode:
+        attrs += encode_varint_field(3, entry.file_mode)
+    if entry.crtime:
+        attrs += encode_varint_field(6, entry.crtime)
+    if entry.mime:
+        attrs += encode_string_field(7, entry.mime)
+    if entry.md5:
+        attrs += encode_bytes_field(14, entry.md5)
+    out = b""
+    if entry.name:
+        out += encode_string_field(1, entry.name)
+    if entry.is_directory:
+        out += encode_bool_field(2, True)
+    # SeaweedFS always sets Attributes (EntryAttributeToPb), so emit it even when empty.
+    out += encode_bytes_field(4, attrs)
+    return out
+
+
+def encode_event_notification(notification: Notification) -> bytes:
+    """``proto.Marshal`` of the notification (zero values omitted, as proto3 does)."""
+    n = notification
+    out = b""
+    if n.old_entry is not None:
+        out += encode_bytes_field(1, _encode_entry(n.old_entry))
+    if n.new_entry is not None:
+        out += encode_bytes_field(2, _encode_entry(n.new_entry))
+    if n.delete_chunks:
+        out += encode_bool_field(3, True)
+    if n.new_parent_path:
+        out += encode_string_field(4, n.new_parent_path)
+    if n.is_from_other_cluster:
+        out += encode_bool_field(5, True)
+    if n.signatures:
+        out += encode_packed_varints_field(6, n.signatures)
+    return out
+
+
+# ------------------------------------------------------------------------------ SQS body
+
+
+def sqs_body_from_bytes(data: bytes) -> str:
+    """How our stand-in carries ``string(protobuf bytes)`` in an SQS body: latin-1, one code point
+    per byte (lossless). Real SQS would reject bodies with characters outside #x9 #xA #xD
+    #x20-#xD7FF #xE000-#xFFFD; moto does not validate characters, so the stand-in can send them."""
+    return data.decode("latin-1")
+
+
+def decode_sqs_body(body: str | bytes) -> Notification:
+    """Turn an SQS ``MessageBody`` back into protobuf bytes and decode it.
+
+    Go's ``string(bytes)`` is not text. Bytes arriving as ``bytes`` are decoded as they are. For a
+    ``str`` we try, in order: latin-1 (one code point per byte -- our stand-in's convention; only when
+    every character is below U+0100), then UTF-8 (what a text transport does to bytes that happened
+    to be valid UTF-8). Bytes that were not valid UTF-8 are lost by a UTF-8 transport (U+FFFD
+    replacement characters); the error then says so.
+    """
+    if isinstance(body, bytes | bytearray):
+        return decode_event_notification(bytes(body))
+    candidates: list[tuple[str, bytes]] = []
+    if all(ord(c) < 0x100 for c in body):
+        candidates.append(("latin-1", body.encode("latin-1")))
+    candidates.append(("utf-8", body.encode("utf-8", "surrogateescape")))
+    errors: list[str] = []
+    for name, raw in candidates:
+        try:
+            return decode_event_notification(raw)
+        except ProtoDecodeError as exc:
+            errors.append(f"as {name}: {exc}")
+    hint = ""
+    if "\ufffd" in body:
+        hint = (
+            " (the body contains U+FFFD replacement characters: the protobuf bytes were not valid"
+            " UTF-8 and were altered in transit)"
+        )
+    raise ProtoDecodeError("SQS body is not a protobuf EventNotification" + hint + ": " + "; ".join(errors))
+
+
+# ------------------------------------------------------------------------------ webhook JSON
+
+
+def _b64(data: bytes) -> str:
+    return base64.b64encode(data).decode("ascii")
+
+
+def _entry_json(entry: EntryInfo) -> dict[str, Any]:
+    attrs: dict[str, Any] = {}
+    if entry.file_size:
+        attrs["file_size"] = entry.file_size
+    if entry.mtime:
+        attrs["mtime"] = entry.mtime
+    if entry.file_mode:
+        attrs["file_mode"] = entry.file_mode
+    if entry.crtime:
+        attrs["crtime"] = entry.crtime
+    if entry.mime:
+        attrs["mime"] = entry.mime
+    if entry.md5:
+        attrs["md5"] = _b64(entry.md5)
+    out: dict[str, Any] = {}
+    if entry.name:
+        out["name"] = entry.name
+    if entry.is_directory:
+        out["is_directory"] = True
+    out["attributes"] = attrs  # a non-nil pointer is not omitted by omitempty
+    return out
+
+
+def to_webhook_message(notification: Notification) -> dict[str, Any]:
+    """Go ``encoding/json`` of the generated ``*filer_pb.EventNotification`` (json tags
+    ``name,omitempty`` etc.): zero values omitted, bytes base64, int64 as numbers."""
+    n = notification
+    out: dict[str, Any] = {}
+    if n.old_entry is not None:
+        out["old_entry"] = _entry_json(n.old_entry)
+    if n.new_entry is not None:
+        out["new_entry"] = _entry_json(n.new_entry)
+    if n.delete_chunks:
+        out["delete_chunks"] = True
+    if n.new_parent_path:
+        out["new_parent_path"] = n.new_parent_path
+    if n.is_from_other_cluster:
+        out["is_from_other_cluster"] = True
+    if n.signatures:
+        out["signatures"] = list(n.signatures)
+    return out
+
+
+def _json_int(obj: Mapping[str, Any], key: str, what: str) -> int:
+    value = obj.get(key, 0)
+    if value is None:
+        return 0
+    if isinstance(value, bool) or not isinstance(value, int):
+        # Go marshals int64 as a number; accept a protojson-style numeric string defensively.
+        if isinstance(value, str) and value.lstrip("-").isdigit():
+            return int(value)
+        raise InvalidNotification(f"{what}.{key}: expected an integer, got {value!r}")
+    return value
+
+
+def _json_str(obj: Mapping[str, Any], key: str, what: str) -> str:
+    value = obj.get(key, "")
+    if value is None:
+        return ""
+    if not isinstance(value, str):
+        raise InvalidNotification(f"{what}.{key}: expected a string, got {value!r}")
+    return value
+
+
+def _json_bool(obj: Mapping[str, Any], key: str, what: str) -> bool:
+    value = obj.get(key, False)
+    if value is None:
+        return False
+    if not isinstance(value, bool):
+        raise InvalidNotification(f"{what}.{key}: expected a boolean, got {value!r}")
+    return value
+
+
+def _json_obj(value: Any, what: str) -> Mapping[str, Any]:
+    if not isinstance(value, Mapping):
+        raise InvalidNotification(f"{what}: expected an object, got {type(value).__name__}")
+    return value
+
+
+def _parse_entry_json(value: Any, what: str) -> EntryInfo:
+    entry = _json_obj(value, what)
+    attrs_value = entry.get("attributes")
+    attrs = _json_obj(attrs_value, f"{what}.attributes") if attrs_value is not None else {}
+    aw = f"{what}.attributes"
+    md5_b64 = _json_str(attrs, "md5", aw)
+    md5: bytes | None = None
+    if md5_b64:
+        try:
+            md5 = base64.b64decode(md5_b64, validate=True)
+        except (binascii.Error, ValueError) as exc:
+            raise InvalidNotification(f"{aw}.md5: not valid base64 ({exc})") from exc
+    return EntryInfo(
+        name=_json_str(entry, "name", what),
+        is_directory=_json_bool(entry, "is_directory", what),
+        file_size=_json_int(attrs, "file_size", aw),
+        md5=md5 or None,
+        mtime=_json_int(attrs, "mtime", aw),
+        crtime=_json_int(attrs, "crtime", aw),
+        file_mode=_json_int(attrs, "file_mode", aw),
+        mime=_json_str(attrs, "mime", aw),
+    )
+
+
+def parse_webhook_message(message: Mapping[str, Any]) -> Notification:
+    """Read the ``message`` member of a SeaweedFS webhook body. Raises :class:`InvalidNotification`."""
+    what = "message"
+    msg = _json_obj(message, what)
+    old = msg.get("old_entry")
+    new = msg.get("new_entry")
+    sigs = msg.get("signatures") or []
+    if not isinstance(sigs, list) or not all(isinstance(s, int) and not isinstance(s, bool) for s in sigs):
+        raise InvalidNotification(f"{what}.signatures: expected a list of integers")
+    return Notification(
+        old_entry=_parse_entry_json(old, f"{what}.old_entry") if old is not None else None,
+        new_entry=_parse_entry_json(new, f"{what}.new_entry") if new is not None else None,
+        new_parent_path=_json_str(msg, "new_parent_path", what),
+        delete_chunks=_json_bool(msg, "delete_chunks", what),
+        is_from_other_cluster=_json_bool(msg, "is_from_other_cluster", what),
+        signatures=tuple(sigs),
+    )
+
+
+# ------------------------------------------------------------------------------ classification
+
+
+def join_path(parent: str, name: str) -> str:
+    """``util.NewFullPath(dir, name)``: join without doubling the root slash."""
+    if not parent:
+        parent = "/"
+    return parent.rstrip("/") + "/" + name if name else parent
+
+
+def event_type_of(key: str, notification: Notification) -> EventType:
+    """create / update / delete / rename, as ``weed/notification/webhook`` derives it."""
+    old, new = notification.old_entry, notification.new_entry
+    if old is None and new is None:
+        raise InvalidNotification("notification has neither old_entry nor new_entry")
+    if old is None:
+        return "create"
+    if new is None:
+        return "delete"
+    old_dir = posixpath.dirname(key.rstrip("/")) or "/"
+    new_dir = (notification.new_parent_path or old_dir).rstrip("/") or "/"
+    if new_dir != old_dir or new.name != old.name:
+        return "rename"
+    return "update"
+
+
+def classify(key: str, notification: Notification) -> FileChange:
+    """Pure classification of one notification keyed by ``key`` (old full path if any, else new).
+
+    ``new_path`` is ``new_parent_path + "/" + new_entry.name`` for renames, else None. An update or
+    rename whose ``new_parent_path`` is empty is taken to stay in the old directory.
+    """
+    if not key or not key.startswith("/"):
+        raise InvalidNotification(f"event key must be an absolute path, got {key!r}")
+    event_type = event_type_of(key, notification)
+    old, new = notification.old_entry, notification.new_entry
+    new_path: str | None = None
+    if event_type == "rename" and new is not None:
+        parent = notification.new_parent_path or (posixpath.dirname(key.rstrip("/")) or "/")
+        new_path = join_path(parent, new.name)
+    current = new if new is not None else old
+    assert current is not None  # event_type_of rejected the empty notification
+    return FileChange(
+        path=key,
+        event_type=event_type,
+        new_path=new_path,
+        size=new.file_size if new is not None else None,
+        md5_hex=new.md5_hex if new is not None else None,
+        is_directory=current.is_directory,
+    )
