@@ -24,7 +24,7 @@ ADAPTER_DRIFTED = f"{PREFIX}.adapter.drifted.v1"
 # Extension attribute carried by `adapter.drifted` so that Triggers can route a nudge to the
 # one step that repairs it (CloudEvents extension names: lowercase alphanumerics, <= 20 chars).
 STEP_EXTENSION = "loraflowstep"
-DriftStep = Literal["admit", "stat", "load"]
+DriftStep = Literal["admit", "stat", "load", "unload"]
 
 NAME_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
 LABEL_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
