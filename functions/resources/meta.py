@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import ClassVar, Literal
 
 from pydantic import Field
 
@@ -26,6 +26,9 @@ class ObjectMeta(WireModel):
 
 class Condition(WireModel):
     """metav1.Condition: lastTransitionTime moves only when status changes."""
+
+    # `message` is required in the CRD (json:"message", no omitempty): "" is sent as "".
+    always_emit: ClassVar[frozenset[str]] = frozenset({"message"})
 
     type: str
     status: ConditionStatus

@@ -8,7 +8,7 @@ round-trip must never drop them.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict, model_serializer
 from pydantic.alias_generators import to_camel
@@ -40,14 +40,23 @@ class WireModel(BaseModel):
         serialize_by_alias=True,
     )
 
+    # Wire names that are required without omitempty in the Go type (e.g. metav1.Condition's
+    # `message`): emitted even when empty, or the apiserver rejects the object.
+    always_emit: ClassVar[frozenset[str]] = frozenset()
+
     @model_serializer(mode="wrap")
     def _omit_empty(self, handler: SerializerFunctionWrapHandler) -> Any:
         data = handler(self)
         if isinstance(data, dict):
-            return {k: v for k, v in data.items() if not is_empty(v)}
+            return {k: v for k, v in data.items() if k in self.always_emit or not is_empty(v)}
         return data
 
     def to_wire(self) -> dict[str, Any]:
-        """The JSON object as the API server would store it."""
-        result: dict[str, Any] = prune(self.model_dump(mode="json", by_alias=True))
+        """The JSON object as the API server would store it.
+
+        omitempty applies to modelled fields only (each model's serializer). Opaque values are
+        kept verbatim: an `emptyDir: {}` volume, a label with an empty value and the `{}`
+        markers of managedFields are meaningful, and recursive pruning would corrupt them.
+        """
+        result: dict[str, Any] = self.model_dump(mode="json", by_alias=True)
         return result
