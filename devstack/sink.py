@@ -1,0 +1,74 @@
+"""A CloudEvent sink that keeps what it receives: the dead-letter sink of the embedded
+stack, and the place tests point K_SINK at to see what a function published."""
+
+from __future__ import annotations
+
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+from cloudevents.http import CloudEvent, from_http
+
+
+class EventSink:
+    def __init__(self, host: str = "127.0.0.1", port: int = 0) -> None:
+        self.events: list[CloudEvent] = []
+        self._lock = threading.Condition()
+        sink = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def do_POST(self) -> None:  # noqa: N802 (http.server naming)
+                body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                try:
+                    event = from_http(dict(self.headers.items()), body)
+                except Exception:
+                    self.send_response(400)
+                else:
+                    with sink._lock:
+                        sink.events.append(event)
+                        sink._lock.notify_all()
+                    self.send_response(202)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+
+            def log_message(self, format: str, *args: Any) -> None:
+                return
+
+        self._server = ThreadingHTTPServer((host, port), Handler)
+        self._server.daemon_threads = True
+        self._thread = threading.Thread(target=self._server.serve_forever, name="event-sink", daemon=True)
+
+    @property
+    def url(self) -> str:
+        host, port = self._server.server_address[:2]
+        return f"http://{host!s}:{port}/"
+
+    def start(self) -> EventSink:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+        self._thread.join(timeout=5)
+
+    def clear(self) -> None:
+        with self._lock:
+            self.events.clear()
+
+    def of_type(self, type_: str) -> list[CloudEvent]:
+        with self._lock:
+            return [e for e in self.events if e["type"] == type_]
+
+    def wait_for(self, type_: str, count: int = 1, timeout: float = 5.0) -> list[CloudEvent]:
+        deadline = time.monotonic() + timeout
+        with self._lock:
+            while len([e for e in self.events if e["type"] == type_]) < count:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    break
+                self._lock.wait(remaining)
+            return [e for e in self.events if e["type"] == type_]

@@ -1,0 +1,240 @@
+"""Workload stand-in: what other operators do in a cluster, turning targets into Pods.
+
+For every ModelDeployment and InferenceService it keeps `spec.replicas` Pod objects in the
+Kubernetes stand-in and as many engine replicas of the right runtime, each on its own
+127.0.0.x address (the Pod's `status.podIP`) with a container port named `http`:
+- scaling adds or removes both (ReplicaSet semantics: new pods get new names and addresses);
+- an engine restart flips the Pod to not Ready, bumps `restartCount`, and back to Ready once
+  the engine answers /health (kubelet readiness probe semantics);
+- a deleted Pod is replaced by a new one (new name, new address).
+`sync()` reconciles once (tests call it for determinism); `run()` reconciles on every watch
+event in a background thread (the embedded stack).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import secrets
+import threading
+import time
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, Literal
+
+from kubernetes import client, watch
+
+from devstack.engines import EngineFleet, EngineReplica
+from functions.resources.kinds import (
+    INFERENCE_SERVICE,
+    INFERENCE_SERVICE_LABEL,
+    MODEL_DEPLOYMENT,
+    MODEL_DEPLOYMENT_LABEL,
+    RUNTIME_LABEL,
+    SERVING_LABEL,
+    Kind,
+)
+
+ENGINE_PORT = 8000
+IMAGES = {"vllm": "vllm/vllm-openai:v0.11.0", "sglang": "lmsysorg/sglang:v0.5.3"}
+OWNER_LABELS = {
+    MODEL_DEPLOYMENT.kind: MODEL_DEPLOYMENT_LABEL,
+    INFERENCE_SERVICE.kind: INFERENCE_SERVICE_LABEL,
+}
+
+
+def _now() -> str:
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+class Workload:
+    def __init__(
+        self,
+        api: client.ApiClient,
+        mount_root: Path,
+        fleet: EngineFleet | None = None,
+        **engine_defaults: Any,
+    ) -> None:
+        self._custom = client.CustomObjectsApi(api)
+        self._core = client.CoreV1Api(api)
+        self.fleet = fleet or EngineFleet(port=ENGINE_PORT)
+        self.mount_root = mount_root
+        self.engine_defaults = engine_defaults
+        self._lock = threading.RLock()
+        self._stop = threading.Event()
+        self._threads: list[threading.Thread] = []
+
+    # -- reconcile -----------------------------------------------------------------------------
+    def sync(self) -> None:
+        """Make Pods and engines match every target's spec.replicas, once."""
+        with self._lock:
+            for kind in (MODEL_DEPLOYMENT, INFERENCE_SERVICE):
+                targets = self._custom.list_cluster_custom_object(kind.group, kind.version, kind.plural)
+                for target in targets.get("items") or []:
+                    self._sync_target(kind, target)
+            self._drop_orphans()
+
+    def _sync_target(self, kind: Kind, target: dict[str, Any]) -> None:
+        meta, spec = target["metadata"], target.get("spec") or {}
+        label = OWNER_LABELS[kind.kind]
+        pods = self._pods(meta["namespace"], f"{label}={meta['name']}")
+        alive = [p for p in pods if not p["metadata"].get("deletionTimestamp")]
+        wanted = int(spec.get("replicas", 1))
+        for _ in range(wanted - len(alive)):
+            self._create_pod(kind, target)
+        for pod in sorted(alive, key=lambda p: p["metadata"]["name"])[wanted:]:
+            self.delete_pod(pod["metadata"]["namespace"], pod["metadata"]["name"])
+
+    def _drop_orphans(self) -> None:
+        """Stop engines whose Pod is gone (deleted by someone else), so the next sync replaces them."""
+        for key, _replica in self.fleet.items():
+            namespace, name = key.split("/", 1)
+            try:
+                self._core.read_namespaced_pod(name, namespace)
+            except client.ApiException as err:
+                if err.status == 404:
+                    self.fleet.remove(key)
+
+    def _create_pod(self, kind: Kind, target: dict[str, Any]) -> None:
+        meta, spec = target["metadata"], target.get("spec") or {}
+        runtime: Literal["vllm", "sglang"] = (
+            "sglang" if kind is INFERENCE_SERVICE and spec.get("runtime") == "sglang" else "vllm"
+        )
+        name = f"{meta['name']}-{secrets.token_hex(3)}"
+        namespace = meta["namespace"]
+        replica = self.fleet.create(
+            f"{namespace}/{name}",
+            runtime,
+            served_model=spec.get("model") or meta["name"],
+            mount_root=self.mount_root,
+            **self.engine_defaults,
+        )
+        body = {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {
+                "name": name,
+                "namespace": namespace,
+                "labels": {
+                    OWNER_LABELS[kind.kind]: meta["name"],
+                    RUNTIME_LABEL: runtime,
+                    SERVING_LABEL: "true",
+                },
+                "ownerReferences": [
+                    {
+                        "apiVersion": kind.api_version,
+                        "kind": kind.kind,
+                        "name": meta["name"],
+                        "uid": meta.get("uid", ""),
+                        "controller": True,
+                    }
+                ],
+            },
+            "spec": {
+                "containers": [
+                    {
+                        "name": "engine",
+                        "image": IMAGES[runtime],
+                        "ports": [{"name": "http", "containerPort": replica.port}],
+                    }
+                ]
+            },
+        }
+        self._core.create_namespaced_pod(namespace, body)
+        self._set_pod_status(namespace, name, replica, ready=True, restarts=0)
+
+    def _set_pod_status(
+        self, namespace: str, name: str, replica: EngineReplica, ready: bool, restarts: int
+    ) -> None:
+        flag = "True" if ready else "False"
+        status = {
+            "phase": "Running",
+            "podIP": replica.host,
+            "podIPs": [{"ip": replica.host}],
+            "startTime": _now(),
+            "conditions": [
+                {"type": "Ready", "status": flag, "lastTransitionTime": _now()},
+                {"type": "ContainersReady", "status": flag, "lastTransitionTime": _now()},
+            ],
+            "containerStatuses": [
+                {
+                    "name": "engine",
+                    "ready": ready,
+                    "restartCount": restarts,
+                    "image": "engine",
+                    "imageID": "",
+                    "started": ready,
+                    "state": {"running": {"startedAt": _now()}},
+                }
+            ],
+        }
+        self._core.patch_namespaced_pod_status(name, namespace, {"status": status})
+
+    # -- operations tests and demos drive -----------------------------------------------------------
+    def replica(self, namespace: str, pod: str) -> EngineReplica:
+        return self.fleet[f"{namespace}/{pod}"]
+
+    def pods(self, namespace: str, selector: str) -> list[dict[str, Any]]:
+        return self._pods(namespace, selector)
+
+    def restart(self, namespace: str, pod: str, unhealthy_for_s: float = 0.2, wait: bool = True) -> None:
+        """Engine restart: Pod not Ready, restartCount + 1, Ready again once /health answers."""
+        replica = self.replica(namespace, pod)
+        current = self._core.read_namespaced_pod(pod, namespace)
+        restarts = sum(c.restart_count for c in current.status.container_statuses or []) + 1
+        self._set_pod_status(namespace, pod, replica, ready=False, restarts=restarts)
+        replica.restart(unhealthy_for_s=unhealthy_for_s)
+        if wait:
+            self._await_ready(namespace, pod, replica, restarts)
+        else:
+            threading.Thread(
+                target=self._await_ready, args=(namespace, pod, replica, restarts), daemon=True
+            ).start()
+
+    def _await_ready(self, namespace: str, pod: str, replica: EngineReplica, restarts: int) -> None:
+        deadline = time.monotonic() + 10
+        while not replica.healthy and time.monotonic() < deadline:
+            time.sleep(0.01)
+        self._set_pod_status(namespace, pod, replica, ready=True, restarts=restarts)
+
+    def delete_pod(self, namespace: str, pod: str) -> None:
+        with contextlib.suppress(client.ApiException):
+            self._core.delete_namespaced_pod(pod, namespace)
+        self.fleet.remove(f"{namespace}/{pod}")
+
+    def _pods(self, namespace: str, selector: str) -> list[dict[str, Any]]:
+        response = self._core.list_namespaced_pod(namespace, label_selector=selector, _preload_content=False)
+        items: list[dict[str, Any]] = json.loads(response.data).get("items") or []
+        return items
+
+    # -- background mode -------------------------------------------------------------------------
+    def run(self) -> None:
+        """Reconcile on every change of a target or a Pod, until stop()."""
+        for kind in (MODEL_DEPLOYMENT, INFERENCE_SERVICE):
+            thread = threading.Thread(
+                target=self._watch, args=(kind,), daemon=True, name=f"workload-{kind.plural}"
+            )
+            thread.start()
+            self._threads.append(thread)
+
+    def _watch(self, kind: Kind) -> None:
+        while not self._stop.is_set():
+            with contextlib.suppress(Exception):
+                for _ in self._events(kind):
+                    if self._stop.is_set():
+                        return
+                    self.sync()
+            self._stop.wait(0.2)
+
+    def _events(self, kind: Kind) -> Iterator[Any]:
+        stream = watch.Watch().stream(
+            self._custom.list_cluster_custom_object, kind.group, kind.version, kind.plural, timeout_seconds=5
+        )
+        yield from stream
+
+    def stop(self) -> None:
+        self._stop.set()
+        for thread in self._threads:
+            thread.join(timeout=6)
+        self.fleet.stop_all()
