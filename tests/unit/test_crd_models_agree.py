@@ -116,9 +116,7 @@ def compare_constraints(crd: Schema, model: Schema, path: str, in_spec: bool) ->
     return problems
 
 
-def compare_object(
-    crd: Schema, model: Schema, ms: ModelSchema, path: str, in_spec: bool
-) -> list[str]:
+def compare_object(crd: Schema, model: Schema, ms: ModelSchema, path: str, in_spec: bool) -> list[str]:
     crd_props: Schema = crd.get("properties", {})
     model_props: Schema = model.get("properties", {})
     problems = [

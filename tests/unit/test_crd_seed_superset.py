@@ -233,25 +233,49 @@ MUTATIONS: list[tuple[str, str, Callable[[Schema], None], str]] = [
     (SEED2, "pattern", _drop("spec", "name", key="pattern"), ".spec.properties.name.pattern"),
     (SEED1, "enum value", _drop_enum_value, "'Failed'"),
     (SEED1, "required entry", _drop_required, "missing 'model'"),
-    (SEED1, "CEL rule", _drop("spec", "integrity", key="x-kubernetes-validations"),
-     "x-kubernetes-validations"),
-    (SEED1, "list-type", _drop("status", "usedBy", key="x-kubernetes-list-type"),
-     "usedBy.x-kubernetes-list-type"),
-    (SEED1, "list-map-keys", _drop("status", "conditions", key="x-kubernetes-list-map-keys"),
-     "x-kubernetes-list-map-keys"),
+    (
+        SEED1,
+        "CEL rule",
+        _drop("spec", "integrity", key="x-kubernetes-validations"),
+        "x-kubernetes-validations",
+    ),
+    (
+        SEED1,
+        "list-type",
+        _drop("status", "usedBy", key="x-kubernetes-list-type"),
+        "usedBy.x-kubernetes-list-type",
+    ),
+    (
+        SEED1,
+        "list-map-keys",
+        _drop("status", "conditions", key="x-kubernetes-list-map-keys"),
+        "x-kubernetes-list-map-keys",
+    ),
     (SEED1, "maxLength", _drop("spec", "description", key="maxLength"), "description.maxLength"),
-    (SEED1, "int-or-string", _drop("status", "size", key="x-kubernetes-int-or-string"),
-     "x-kubernetes-int-or-string"),
+    (
+        SEED1,
+        "int-or-string",
+        _drop("status", "size", key="x-kubernetes-int-or-string"),
+        "x-kubernetes-int-or-string",
+    ),
     (SEED1, "anyOf branch", _change_int_or_string_branch, "anyOf[0].type"),
     (SEED1, "format", _drop("status", "files", "[]", "size", key="format"), "size.format"),
-    (SEED1, "minimum", _drop("status", "conditions", "[]", "observedGeneration", key="minimum"),
-     "observedGeneration.minimum"),
+    (
+        SEED1,
+        "minimum",
+        _drop("status", "conditions", "[]", "observedGeneration", key="minimum"),
+        "observedGeneration.minimum",
+    ),
     (SEED1, "property", _drop_property, "uploadComplete: missing property"),
     (SEED1, "widened enum", _widen_enum, "extra 'Maybe'"),
     (SEED2, "nullable", _drop("status", "loadedPath", key="nullable"), "loadedPath.nullable"),
     (SEED2, "minLength", _drop("spec", "path", key="minLength"), "path.minLength"),
-    (SEED2, "description", _drop("spec", "inferenceServiceRef", key="description"),
-     "inferenceServiceRef.description"),
+    (
+        SEED2,
+        "description",
+        _drop("spec", "inferenceServiceRef", key="description"),
+        "inferenceServiceRef.description",
+    ),
 ]
 
 
@@ -259,9 +283,7 @@ MUTATIONS: list[tuple[str, str, Callable[[Schema], None], str]] = [
     ("file_name", "mutate", "expected"),
     [pytest.param(f, m, e, id=label) for f, label, m, e in MUTATIONS],
 )
-def test_checker_reports_mutation(
-    file_name: str, mutate: Callable[[Schema], None], expected: str
-) -> None:
+def test_checker_reports_mutation(file_name: str, mutate: Callable[[Schema], None], expected: str) -> None:
     schema = copy.deepcopy(crd_schema(load_crd(file_name)))
     mutate(schema)
     problems = check(seed_schemas()[file_name], schema)

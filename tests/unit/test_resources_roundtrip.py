@@ -34,15 +34,23 @@ SEED_DIRS = (ROOT.parent / "shared" / "seeds", ROOT / "tests" / "manifests" / "s
 Obj = dict[str, Any]
 
 MODELS: dict[tuple[str, str], tuple[type[BaseModel], str]] = {
-    ("rackai.rackspace.com/v1alpha1", "LoRAAdapter"):
-        (rackai.LoRAAdapter, "rackai.rackspace.com_loraadapters.yaml"),
+    ("rackai.rackspace.com/v1alpha1", "LoRAAdapter"): (
+        rackai.LoRAAdapter,
+        "rackai.rackspace.com_loraadapters.yaml",
+    ),
     ("rackai.rackspace.com/v1alpha1", "Model"): (rackai.Model, "rackai.rackspace.com_models.yaml"),
-    ("rackai.rackspace.com/v1alpha1", "ModelDeployment"):
-        (rackai.ModelDeployment, "rackai.rackspace.com_modeldeployments.yaml"),
-    ("inference.rackai.rackspace.com/v1alpha1", "LoRAAdapter"):
-        (inference.SGLangAdapter, "inference.rackai.rackspace.com_loraadapters.yaml"),
-    ("inference.rackai.rackspace.com/v1alpha1", "InferenceService"):
-        (inference.InferenceService, "inference.rackai.rackspace.com_inferenceservices.yaml"),
+    ("rackai.rackspace.com/v1alpha1", "ModelDeployment"): (
+        rackai.ModelDeployment,
+        "rackai.rackspace.com_modeldeployments.yaml",
+    ),
+    ("inference.rackai.rackspace.com/v1alpha1", "LoRAAdapter"): (
+        inference.SGLangAdapter,
+        "inference.rackai.rackspace.com_loraadapters.yaml",
+    ),
+    ("inference.rackai.rackspace.com/v1alpha1", "InferenceService"): (
+        inference.InferenceService,
+        "inference.rackai.rackspace.com_inferenceservices.yaml",
+    ),
 }
 
 PATH = "/loraadapters/team-a/llama3-8b-base/finance-qa"
@@ -129,9 +137,7 @@ SEED1_FULL: Obj = {
 SEED1_FAILED: Obj = {
     **copy.deepcopy(SEED1_FULL),
     "status": {
-        "conditions": [
-            condition("Ready", "False", "IntegrityCheckFailed", f"md5 mismatch: {PATH}/a.bin")
-        ],
+        "conditions": [condition("Ready", "False", "IntegrityCheckFailed", f"md5 mismatch: {PATH}/a.bin")],
         "observedGeneration": 0,
         "phase": "Failed",
         "ready": False,
@@ -302,14 +308,19 @@ def test_empty_fields_are_omitted_zero_values_kept() -> None:
     obj = copy.deepcopy(SEED1_FULL)
     obj["metadata"]["labels"] = {}
     obj["spec"].update(tags=[], description="", integrity={"md5": {}})
-    obj["status"] = {"usedBy": [], "files": [], "ready": False, "observedGeneration": 0,
-                     "uploadComplete": False, "size": 0}
+    obj["status"] = {
+        "usedBy": [],
+        "files": [],
+        "ready": False,
+        "observedGeneration": 0,
+        "uploadComplete": False,
+        "size": 0,
+    }
     wire = roundtrip(obj)
     assert "labels" not in wire["metadata"]
     for key in ("tags", "description", "integrity"):
         assert key not in wire["spec"], key
-    assert wire["status"] == {"ready": False, "observedGeneration": 0, "uploadComplete": False,
-                              "size": 0}
+    assert wire["status"] == {"ready": False, "observedGeneration": 0, "uploadComplete": False, "size": 0}
 
 
 def test_condition_keeps_required_empty_message() -> None:
@@ -321,7 +332,13 @@ def test_condition_keeps_required_empty_message() -> None:
 
 
 def test_condition_model_direct() -> None:
-    built = meta.Condition(type="Loaded", status="False", reason="Pending",
-                           last_transition_time="2026-03-01T10:00:05Z")
-    assert built.to_wire() == {"type": "Loaded", "status": "False", "reason": "Pending",
-                               "message": "", "lastTransitionTime": "2026-03-01T10:00:05Z"}
+    built = meta.Condition(
+        type="Loaded", status="False", reason="Pending", last_transition_time="2026-03-01T10:00:05Z"
+    )
+    assert built.to_wire() == {
+        "type": "Loaded",
+        "status": "False",
+        "reason": "Pending",
+        "message": "",
+        "lastTransitionTime": "2026-03-01T10:00:05Z",
+    }
