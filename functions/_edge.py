@@ -5,6 +5,7 @@
 | done, nothing to say           | 204, empty body                        |
 | done, next step to run         | 200 + reply CloudEvent (binary mode)   |
 | Reject (never processable)     | 400 + a message naming the problem     |
+| Unauthorized (webhook token)   | 401                                    |
 | Retryable (dependency, race)   | 503 (the Broker redelivers)            |
 | anything else (a bug)          | 500                                    |
 
@@ -32,7 +33,7 @@ from cloudevents.http import CloudEvent, from_http, to_binary
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from pydantic import BaseModel, ValidationError
 
-from functions.errors import Reject, Retryable
+from functions.errors import Reject, Retryable, Unauthorized
 from functions.observability import EVENTS, REGISTRY, STEP_SECONDS, configure_logging
 from functions.settings import Settings
 
@@ -168,7 +169,8 @@ def function(
                 result = handle(event, deps())
             response, outcome = _answer(result)
         except Reject as err:
-            response, outcome = flask.Response(str(err) + "\n", 400, mimetype="text/plain"), "rejected"
+            code = 401 if isinstance(err, Unauthorized) else 400
+            response, outcome = flask.Response(str(err) + "\n", code, mimetype="text/plain"), "rejected"
         except Retryable as err:
             response, outcome = flask.Response(str(err) + "\n", 503, mimetype="text/plain"), "retry"
         except Exception:

@@ -1,6 +1,7 @@
 """Our small exception hierarchy: the edge maps each family to exactly one HTTP outcome.
 
-- Reject: the event can never be processed -> 400 (the Broker dead-letters it).
+- Reject: the event can never be processed -> 400 (the Broker dead-letters it);
+  Unauthorized (a Reject) -> 401.
 - Retryable: a dependency failed or raced -> 503 (the Broker redelivers with backoff).
 A domain verdict (an MD5 mismatch, a missing Model) is not an exception: it is status.
 """
@@ -14,6 +15,10 @@ class LoraflowError(Exception):
 
 class Reject(LoraflowError, ValueError):
     """The event is malformed or names something invalid; retrying cannot help."""
+
+
+class Unauthorized(Reject):
+    """A request that must carry a credential (the SeaweedFS webhook token) did not -> 401."""
 
 
 class Retryable(LoraflowError):
