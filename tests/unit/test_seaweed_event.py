@@ -1,0 +1,311 @@
+"""Table tests for the protobuf wire codec and our reading of SeaweedFS EventNotification."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+from typing import Any
+
+import pytest
+
+from functions.logic import protowire as pw
+from functions.logic.seaweed_event import (
+    EntryInfo,
+    FileChange,
+    InvalidNotification,
+    Notification,
+    classify,
+    decode_event_notification,
+    decode_sqs_body,
+    encode_event_notification,
+    parse_webhook_message,
+    sqs_body_from_bytes,
+    to_webhook_message,
+)
+
+MD5 = hashlib.md5(b"adapter weights").digest()
+
+
+# ----------------------------------------------------------------------------- protowire
+
+
+@pytest.mark.parametrize(
+    ("value", "encoded"),
+    [
+        (0, b"\x00"),
+        (1, b"\x01"),
+        (127, b"\x7f"),
+        (128, b"\x80\x01"),
+        (300, b"\xac\x02"),
+        (2**64 - 1, b"\xff" * 9 + b"\x01"),
+        (-1, b"\xff" * 9 + b"\x01"),  # int32/int64 -1: 10-byte two's complement
+    ],
+)
+def test_varint_round_trip(value: int, encoded: bytes) -> None:
+    assert pw.encode_varint(value) == encoded
+    decoded, pos = pw.decode_varint(encoded)
+    assert pos == len(encoded)
+    assert decoded == value & (2**64 - 1)
+
+
+def test_decode_message_all_wire_types() -> None:
+    data = (
+        pw.encode_varint_field(1, 150)
+        + pw.encode_fixed64_field(2, 2**40 + 7)
+        + pw.encode_string_field(3, "héllo")
+        + pw.encode_fixed32_field(4, 0xDEADBEEF)
+        + pw.encode_varint_field(1, 151)
+    )
+    fields = pw.decode_message(data)
+    assert fields == {1: [150, 151], 2: [2**40 + 7], 3: ["héllo".encode()], 4: [0xDEADBEEF]}
+    assert pw.get_int(fields, 1, what="x") == 151  # last one wins
+    assert pw.get_string(fields, 3, what="x") == "héllo"
+    assert pw.get_bytes(fields, 9, what="x") is None
+
+
+def test_packed_and_signed() -> None:
+    data = pw.encode_packed_varints_field(6, [1, -2, 300])
+    (raw,) = pw.decode_message(data)[6]
+    assert isinstance(raw, bytes)
+    assert [pw.as_signed32(v) for v in pw.decode_packed_varints(raw)] == [1, -2, 300]
+    assert pw.as_signed64(2**64 - 5) == -5
+
+
+@pytest.mark.parametrize(
+    ("data", "message"),
+    [
+        (b"\x08", "field 1: truncated varint at offset 1"),
+        (b"\x80", "tag: truncated varint at offset 0"),
+        (b"\x09\x01\x02", "field 1: truncated 64-bit value"),
+        (b"\x0d\x01", "field 1: truncated 32-bit value"),
+        (b"\x0a\x05ab", "length-delimited value of 5 bytes"),
+        (b"\x0b", "unsupported start-group wire type"),
+        (b"\x0e\x00", "unsupported invalid wire type 6"),
+        (b"\x00\x01", "invalid field number 0"),
+        (b"\x08" + b"\xff" * 10 + b"\x01", "overflows 64 bits"),
+    ],
+)
+def test_decode_garbage(data: bytes, message: str) -> None:
+    with pytest.raises(pw.ProtoDecodeError, match=message) as info:
+        pw.decode_message(data, what="Thing")
+    assert str(info.value).startswith("Thing")
+    assert isinstance(info.value, ValueError)
+
+
+def test_typed_accessors_reject_wrong_wire_type() -> None:
+    fields = pw.decode_message(pw.encode_varint_field(1, 5) + pw.encode_bytes_field(2, b"\xff"))
+    with pytest.raises(pw.ProtoDecodeError, match=r"X\.name: expected a length-delimited"):
+        pw.get_string(fields, 1, what="X.name")
+    with pytest.raises(pw.ProtoDecodeError, match=r"X\.size: expected a number"):
+        pw.get_int(fields, 2, what="X.size")
+    with pytest.raises(pw.ProtoDecodeError, match="not valid UTF-8"):
+        pw.get_string(fields, 2, what="X.s")
+
+
+# ----------------------------------------------------------------------------- EventNotification
+
+FILE = EntryInfo(
+    name="adapter_model.safetensors",
+    file_size=123456789,
+    md5=MD5,
+    mtime=1_760_000_000,
+    crtime=1_760_000_000,
+    file_mode=0o660,
+    mime="application/octet-stream",
+)
+CASES: dict[str, Notification] = {
+    "create": Notification(new_entry=FILE, new_parent_path="/loraadapters/ns/m/a"),
+    "update": Notification(
+        old_entry=FILE,
+        new_entry=EntryInfo(name=FILE.name, file_size=5, md5=None),
+        new_parent_path="/loraadapters/ns/m/a",
+    ),
+    "delete": Notification(old_entry=FILE, delete_chunks=True),
+    "rename": Notification(
+        old_entry=FILE,
+        new_entry=EntryInfo(name="renamed.safetensors", file_size=1, md5=MD5),
+        new_parent_path="/loraadapters/ns/m/b",
+        is_from_other_cluster=True,
+        signatures=(-7, 42),
+    ),
+    "dir": Notification(new_entry=EntryInfo(name="a", is_directory=True, file_mode=0x800001F9)),
+}
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_protobuf_round_trip(name: str) -> None:
+    n = CASES[name]
+    assert decode_event_notification(encode_event_notification(n)) == n
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_webhook_json_round_trip(name: str) -> None:
+    n = CASES[name]
+    assert parse_webhook_message(to_webhook_message(n)) == n
+
+
+def test_known_protobuf_bytes() -> None:
+    # Hand-assembled: new_entry{name "x", attributes{file_size 3, md5}} , new_parent_path "/d"
+    attrs = b"\x08\x03" + b"\x72\x10" + MD5
+    entry = b"\x0a\x01x" + b"\x22" + bytes([len(attrs)]) + attrs
+    data = b"\x12" + bytes([len(entry)]) + entry + b"\x22\x02/d" + b"\xf8\x01\x05"  # unknown 31
+    n = decode_event_notification(data)
+    assert n == Notification(new_entry=EntryInfo(name="x", file_size=3, md5=MD5), new_parent_path="/d")
+    assert n.new_entry is not None and n.new_entry.md5_hex == MD5.hex()
+
+
+def test_webhook_json_is_go_encoding() -> None:
+    msg = to_webhook_message(CASES["create"])
+    assert msg == {
+        "new_entry": {
+            "name": "adapter_model.safetensors",
+            "attributes": {
+                "file_size": 123456789,
+                "mtime": 1_760_000_000,
+                "file_mode": 0o660,
+                "crtime": 1_760_000_000,
+                "mime": "application/octet-stream",
+                "md5": base64.b64encode(MD5).decode(),
+            },
+        },
+        "new_parent_path": "/loraadapters/ns/m/a",
+    }
+
+
+@pytest.mark.parametrize(
+    ("data", "names"),
+    [
+        (b"\x12\x05\x0a\x10abc", "EventNotification.new_entry"),
+        (b"\x0a\x03\x22\x01\x08", "EventNotification.old_entry.attributes field 1"),
+        (b"\x12\x04\x22\x02\x72\x09", "EventNotification.new_entry.attributes"),
+        (b"\x08\x01", "EventNotification.old_entry: expected a length-delimited"),
+        (b"\x22\x02\xff\xfe", "EventNotification.new_parent_path: string is not valid UTF-8"),
+        (b"\x12\x03\x0a\x01\xff", "EventNotification.new_entry.name"),
+        (b"\xff\xff\xff", "EventNotification: tag: truncated varint"),
+        (b"GET / HTTP/1.1\r\n", "EventNotification"),
+    ],
+)
+def test_decode_event_garbage(data: bytes, names: str) -> None:
+    with pytest.raises(pw.ProtoDecodeError, match=names.replace(".", r"\.")):
+        decode_event_notification(data)
+
+
+def test_sqs_body_latin1_round_trip_and_utf8_fallback() -> None:
+    n = CASES["rename"]
+    raw = encode_event_notification(n)
+    assert decode_sqs_body(sqs_body_from_bytes(raw)) == n
+    assert decode_sqs_body(raw) == n
+    text_only = Notification(new_entry=EntryInfo(name="é.json"), new_parent_path="/ü")
+    as_text = encode_event_notification(text_only).decode("utf-8")  # valid UTF-8 travelled as text
+    assert decode_sqs_body(as_text) == text_only
+
+
+def test_sqs_body_mangled_by_utf8_transport() -> None:
+    raw = encode_event_notification(CASES["create"])
+    mangled = raw.decode("utf-8", "replace")
+    with pytest.raises(pw.ProtoDecodeError, match="U\\+FFFD replacement characters"):
+        decode_sqs_body(mangled)
+
+
+@pytest.mark.parametrize(
+    ("message", "error"),
+    [
+        ({"new_entry": "x"}, "message.new_entry: expected an object"),
+        ({"new_entry": {"name": 3}}, "message.new_entry.name: expected a string"),
+        ({"new_entry": {"attributes": {"md5": "***"}}}, "attributes.md5: not valid base64"),
+        ({"new_entry": {"attributes": {"file_size": "big"}}}, "file_size: expected an integer"),
+        ({"delete_chunks": "yes"}, "delete_chunks: expected a boolean"),
+        ({"signatures": ["a"]}, "signatures: expected a list of integers"),
+    ],
+)
+def test_parse_webhook_message_errors(message: dict[str, Any], error: str) -> None:
+    with pytest.raises(InvalidNotification, match=error):
+        parse_webhook_message(message)
+
+
+# ----------------------------------------------------------------------------- classify
+
+D = "/loraadapters/ns/m/a"
+
+
+@pytest.mark.parametrize(
+    ("key", "notification", "expected"),
+    [
+        (
+            f"{D}/adapter_model.safetensors",
+            CASES["create"],
+            FileChange(f"{D}/adapter_model.safetensors", "create", None, 123456789, MD5.hex(), False),
+        ),
+        (
+            f"{D}/adapter_model.safetensors",
+            CASES["update"],
+            FileChange(f"{D}/adapter_model.safetensors", "update", None, 5, None, False),
+        ),
+        (
+            f"{D}/adapter_model.safetensors",
+            CASES["delete"],
+            FileChange(f"{D}/adapter_model.safetensors", "delete", None, None, None, False),
+        ),
+        (
+            f"{D}/adapter_model.safetensors",
+            CASES["rename"],
+            FileChange(
+                f"{D}/adapter_model.safetensors",
+                "rename",
+                "/loraadapters/ns/m/b/renamed.safetensors",
+                1,
+                MD5.hex(),
+                False,
+            ),
+        ),
+        (  # same directory, new name
+            f"{D}/old.json",
+            Notification(EntryInfo("old.json"), EntryInfo("new.json"), new_parent_path=D),
+            FileChange(f"{D}/old.json", "rename", f"{D}/new.json", 0, None, False),
+        ),
+        (  # same name, other directory (a directory moved)
+            f"{D}/sub",
+            Notification(
+                EntryInfo("sub", is_directory=True),
+                EntryInfo("sub", is_directory=True),
+                new_parent_path="/elsewhere",
+            ),
+            FileChange(f"{D}/sub", "rename", "/elsewhere/sub", 0, None, True),
+        ),
+        (  # update with an empty new_parent_path stays in place
+            f"{D}/x",
+            Notification(EntryInfo("x"), EntryInfo("x", file_size=9)),
+            FileChange(f"{D}/x", "update", None, 9, None, False),
+        ),
+        (  # trailing slash on new_parent_path is tolerated
+            f"{D}/x",
+            Notification(EntryInfo("x"), EntryInfo("x"), new_parent_path=D + "/"),
+            FileChange(f"{D}/x", "update", None, 0, None, False),
+        ),
+        (  # rename to the root directory
+            "/a/x",
+            Notification(EntryInfo("x"), EntryInfo("y"), new_parent_path="/"),
+            FileChange("/a/x", "rename", "/y", 0, None, False),
+        ),
+        (
+            D,
+            CASES["dir"],
+            FileChange(D, "create", None, 0, None, True),
+        ),
+    ],
+)
+def test_classify(key: str, notification: Notification, expected: FileChange) -> None:
+    assert classify(key, notification) == expected
+
+
+@pytest.mark.parametrize(
+    ("key", "notification", "error"),
+    [
+        ("/x", Notification(), "neither old_entry nor new_entry"),
+        ("", CASES["create"], "absolute path"),
+        ("relative/x", CASES["create"], "absolute path"),
+    ],
+)
+def test_classify_rejects(key: str, notification: Notification, error: str) -> None:
+    with pytest.raises(InvalidNotification, match=error):
+        classify(key, notification)
