@@ -13,11 +13,14 @@ from __future__ import annotations
 import base64
 import binascii
 import hashlib
+import queue
 import re
+import threading
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 import httpx
+import urllib3
 
 from functions.errors import StorageUnavailable
 from functions.settings import Settings
@@ -70,7 +73,9 @@ def md5_from_etag(etag: str | None) -> str | None:
 
 class FilerStorage:
     def __init__(self, base_url: str, page_size: int, timeout: float = 30.0) -> None:
-        self._http = httpx.Client(base_url=base_url.rstrip("/"), timeout=timeout)
+        self._base = base_url.rstrip("/")
+        self._http = httpx.Client(base_url=self._base, timeout=timeout)
+        self._pool = urllib3.PoolManager(timeout=urllib3.Timeout(connect=5.0, read=timeout), retries=False)
         self._page_size = page_size
 
     def stat_dir(self, directory: str) -> list[StoredFile]:
@@ -108,24 +113,26 @@ class FilerStorage:
             last = page["LastFileName"]
 
     def hash_file(self, path: str, max_bytes: int) -> str | None:
-        digest = hashlib.md5(usedforsecurity=False)
+        """Stream the file and hash it while the next chunk is being received.
+
+        One thread receives (urllib3 reads straight into large buffers), the caller hashes
+        (hashlib releases the GIL), so throughput approaches the slower of the two rather
+        than their sum; memory stays bounded by the queue (a few chunks).
+        """
         try:
-            with self._http.stream("GET", path) as response:
-                if response.status_code == 404:
-                    return None
-                _raise_for_unavailable(response, path)
-                declared = int(response.headers.get("Content-Length") or 0)
-                if declared > max_bytes:
-                    return None
-                seen = 0
-                for chunk in response.iter_raw(CHUNK):
-                    seen += len(chunk)
-                    if seen > max_bytes:
-                        return None
-                    digest.update(chunk)
-        except httpx.HTTPError as err:
+            response = self._pool.request("GET", self._base + path, preload_content=False)
+        except urllib3.exceptions.HTTPError as err:
             raise StorageUnavailable(f"filer GET {path}: {err}") from err
-        return digest.hexdigest()
+        try:
+            if response.status == 404:
+                return None
+            if response.status >= 400:
+                raise StorageUnavailable(f"filer GET {path}: HTTP {response.status}")
+            if int(response.headers.get("Content-Length") or 0) > max_bytes:
+                return None
+            return _pipelined_md5(response, max_bytes)
+        finally:
+            response.release_conn()
 
     def read_small(self, path: str, max_bytes: int) -> bytes | None:
         response = self._get(path)
@@ -141,6 +148,37 @@ class FilerStorage:
         if response.status_code != 404:
             _raise_for_unavailable(response, path)
         return response
+
+
+def _pipelined_md5(response: urllib3.BaseHTTPResponse, max_bytes: int) -> str | None:
+    chunks: queue.Queue[bytes | BaseException] = queue.Queue(maxsize=4)
+
+    def receive() -> None:
+        try:
+            while chunk := response.read(CHUNK):
+                chunks.put(chunk)
+            chunks.put(b"")
+        except BaseException as err:  # handed to the hashing side, which raises it
+            chunks.put(err)
+
+    receiver = threading.Thread(target=receive, name="md5-receive", daemon=True)
+    receiver.start()
+    digest = hashlib.md5(usedforsecurity=False)
+    seen = 0
+    try:
+        while True:
+            item = chunks.get()
+            if isinstance(item, BaseException):
+                raise StorageUnavailable(f"filer stream broke: {item}") from item
+            if not item:
+                return digest.hexdigest()
+            seen += len(item)
+            if seen > max_bytes:
+                return None
+            digest.update(item)
+    finally:
+        response.drain_conn() if seen <= max_bytes else response.close()
+        receiver.join(timeout=30)
 
 
 def _raise_for_unavailable(response: httpx.Response, path: str) -> None:
