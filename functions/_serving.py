@@ -1,0 +1,219 @@
+"""I/O shared by load, reload and unload: targets' Ready pods, their listings, fanned-out calls.
+
+Handlers never import each other; this module is their common shell (like `_edge`). All
+decisions are in `functions.logic.targets`, `.adapter_config` and `.loading`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from events.domain import AdapterRef
+from functions._edge import Deps
+from functions.errors import EngineUnavailable
+from functions.logic import adapter_config, loading, targets
+from functions.logic.loading import PodResult, TargetResult
+from functions.logic.pods import Endpoint, Runtime, endpoint
+from functions.resources.kinds import (
+    INFERENCE_SERVICE,
+    INFERENCE_SERVICE_LABEL,
+    MODEL_DEPLOYMENT,
+    MODEL_DEPLOYMENT_LABEL,
+    POD,
+    SGLANG_ADAPTER,
+    VLLM_ADAPTER,
+    Kind,
+)
+
+Obj = dict[str, Any]
+UNREACHABLE = PodResult("", False, "EngineUnreachable", "GET /v1/models failed", retryable=True)
+
+
+@dataclass
+class Fleet:
+    """One invocation's view of target pods and what each engine lists (each read once)."""
+
+    deps: Deps
+    _endpoints: dict[tuple[str, str, str], list[Endpoint]] = field(default_factory=dict)
+    _listings: dict[str, dict[str, str] | None] = field(default_factory=dict)
+
+    def endpoints(self, kind: Kind, namespace: str, name: str) -> list[Endpoint]:
+        key = (kind.plural, namespace, name)
+        if key not in self._endpoints:
+            label = MODEL_DEPLOYMENT_LABEL if kind == MODEL_DEPLOYMENT else INFERENCE_SERVICE_LABEL
+            runtime: Runtime = "vllm" if kind == MODEL_DEPLOYMENT else "sglang"
+            pods = self.deps.kube.list_all(POD, namespace, f"{label}={name}")
+            found = [endpoint(p, runtime) for p in pods]
+            self._endpoints[key] = sorted((e for e in found if e is not None), key=lambda e: e.pod)
+        return self._endpoints[key]
+
+    def listings(self, endpoints: Sequence[Endpoint]) -> dict[str, dict[str, str] | None]:
+        todo = [e for e in endpoints if e.url not in self._listings]
+        for ep, listing in self.deps.engines.fan_out(todo, self.deps.engines.listing):
+            self._listings[ep.url] = listing
+        return {e.pod: self._listings[e.url] for e in endpoints}
+
+    def note_loaded(self, ep: Endpoint, lora_name: str, path: str) -> None:
+        listing = self._listings.get(ep.url)
+        if listing is not None:
+            listing[lora_name] = path
+
+    def note_unloaded(self, ep: Endpoint, lora_name: str) -> None:
+        listing = self._listings.get(ep.url)
+        if listing is not None:
+            listing.pop(lora_name, None)
+
+
+@dataclass
+class Plan:
+    """What one adapter needs from one target: a verdict, or per-pod results / pending loads."""
+
+    adapter: Obj
+    target: str
+    wanted: targets.Wanted | None
+    verdict: str | None = None
+    message: str = ""
+    results: dict[str, PodResult] = field(default_factory=dict)
+    pending: list[Endpoint] = field(default_factory=list)
+
+    def result(self) -> TargetResult:
+        return TargetResult(
+            self.target, self.verdict, self.message, tuple(self.results[p] for p in sorted(self.results))
+        )
+
+
+def plan_pods(fleet: Fleet, plan: Plan, endpoints: list[Endpoint]) -> None:
+    assert plan.wanted is not None
+    listings = fleet.listings(endpoints)
+    for ep in endpoints:
+        listing = listings[ep.pod]
+        if listing is None:
+            plan.results[ep.pod] = PodResult(ep.pod, False, UNREACHABLE.reason, UNREACHABLE.message, True)
+        elif plan.wanted.lora_name in listing:
+            plan.results[ep.pod] = PodResult(ep.pod, True, loading.PRESENT)
+        else:
+            plan.pending.append(ep)
+
+
+def execute(fleet: Fleet, plans: Sequence[Plan], load: bool = True) -> None:
+    """Fan out every pending load of every plan at once; a failing pod never blocks the others."""
+    work = [(plan, ep) for plan in plans for ep in plan.pending]
+
+    def call(item: tuple[Plan, Endpoint]) -> PodResult:
+        plan, ep = item
+        assert plan.wanted is not None
+        if not load:
+            return PodResult(ep.pod, False, loading.NOT_LOADED, "not loaded")
+        outcome = fleet.deps.engines.load(ep, plan.wanted.lora_name, plan.wanted.lora_path)
+        if outcome.ok:
+            fleet.note_loaded(ep, plan.wanted.lora_name, plan.wanted.lora_path)
+        return PodResult(ep.pod, outcome.ok, outcome.reason, outcome.message, outcome.retryable)
+
+    for (plan, ep), result in fleet.deps.engines.fan_out(work, call):
+        plan.results[ep.pod] = result
+    for plan in plans:
+        plan.pending.clear()
+
+
+# -- seed 1 ---------------------------------------------------------------------------------------
+def plan_v1(
+    fleet: Fleet, adapter: Obj, deployments: Sequence[Obj], pods_of: set[str] | None = None
+) -> list[Plan]:
+    """One Plan per deployment naming the adapter (verdicts for model/config problems)."""
+    deps = fleet.deps
+    name = targets.name_of(adapter)
+    config: list[bytes | None] = []
+    plans: list[Plan] = []
+    for md in sorted(deployments, key=targets.name_of):
+        if not targets.references(md, name):
+            continue
+        md_name = targets.name_of(md)
+        if not targets.model_matches(adapter, md):
+            message = (
+                f"{md_name} serves model {(md.get('spec') or {}).get('model')!r}, "
+                f"adapter is for {(adapter.get('spec') or {}).get('model')!r}"
+            )
+            plans.append(Plan(adapter, md_name, None, loading.R_MODEL_MISMATCH, message))
+            continue
+        if not config:
+            config.append(
+                deps.storage.read_small(targets.config_path(adapter), adapter_config.CONFIG_MAX_BYTES)
+            )
+        verdict = adapter_config.check(config[0], targets.max_rank(md, deps.settings.max_lora_rank))
+        if not verdict.ok:
+            plans.append(Plan(adapter, md_name, None, verdict.reason, verdict.message))
+            continue
+        plan = Plan(adapter, md_name, targets.wanted_v1(adapter, deps.settings.mount_root))
+        endpoints = fleet.endpoints(MODEL_DEPLOYMENT, targets.namespace_of(md), md_name)
+        plan_pods(fleet, plan, [e for e in endpoints if pods_of is None or e.pod in pods_of])
+        plans.append(plan)
+    return plans
+
+
+def plan_v2(fleet: Fleet, adapter: Obj, pods_of: set[str] | None = None) -> Plan:
+    namespace, name = targets.isvc_ref(adapter)
+    label = f"{namespace}/{name}"
+    isvc = fleet.deps.kube.get(INFERENCE_SERVICE, namespace, name)
+    if isvc is None:
+        return Plan(adapter, label, None, loading.R_TARGET_NOT_FOUND, f"InferenceService {label} not found")
+    if not targets.isvc_serves(isvc):
+        runtime = (isvc.get("spec") or {}).get("runtime")
+        message = f"InferenceService {label} runs {runtime!r}, this adapter kind needs sglang"
+        return Plan(adapter, label, None, loading.R_RUNTIME_MISMATCH, message)
+    plan = Plan(adapter, label, targets.wanted_v2(adapter))
+    endpoints = fleet.endpoints(INFERENCE_SERVICE, namespace, name)
+    plan_pods(fleet, plan, [e for e in endpoints if pods_of is None or e.pod in pods_of])
+    return plan
+
+
+# -- status ---------------------------------------------------------------------------------------
+def write_v1(deps: Deps, adapter: Obj, used: list[str], results: list[TargetResult] | None) -> None:
+    not_ready = results is None and not targets.ready_v1(adapter)
+
+    def desired(obj: Obj) -> Obj:
+        generation = (obj.get("metadata") or {}).get("generation")
+        return loading.status_v1(obj.get("status") or {}, used, results, generation, deps.clock(), not_ready)
+
+    deps.kube.write_status(VLLM_ADAPTER, targets.namespace_of(adapter), targets.name_of(adapter), desired)
+
+
+def write_v2(deps: Deps, adapter: Obj, result: TargetResult) -> None:
+    path = str((adapter.get("spec") or {}).get("path") or "")
+
+    def desired(obj: Obj) -> Obj:
+        generation = (obj.get("metadata") or {}).get("generation")
+        return loading.status_v2(obj.get("status") or {}, result, path, generation, deps.clock())
+
+    deps.kube.write_status(SGLANG_ADAPTER, targets.namespace_of(adapter), targets.name_of(adapter), desired)
+
+
+def write_loaded(deps: Deps, kind: Kind, adapter: Obj, build: Callable[[Obj, int | None], Obj]) -> None:
+    def desired(obj: Obj) -> Obj:
+        return build(obj.get("status") or {}, (obj.get("metadata") or {}).get("generation"))
+
+    deps.kube.write_status(kind, targets.namespace_of(adapter), targets.name_of(adapter), desired)
+
+
+def warn(deps: Deps, obj: Obj, reason: str, message: str, component: str) -> None:
+    deps.kube.record_event(obj, "Warning", reason, message, component, deps.clock())
+
+
+def ref_of(adapter: Obj) -> AdapterRef:
+    return AdapterRef.model_validate(
+        {
+            "apiVersion": adapter.get("apiVersion"),
+            "namespace": targets.namespace_of(adapter),
+            "name": targets.name_of(adapter),
+        }
+    )
+
+
+def kind_of(adapter: Obj) -> Kind:
+    return SGLANG_ADAPTER if adapter.get("apiVersion") == SGLANG_ADAPTER.api_version else VLLM_ADAPTER
+
+
+def raise_if_retryable(results: Sequence[TargetResult], what: str) -> None:
+    if loading.retryable(results):
+        raise EngineUnavailable(f"{what}: {loading.describe_failures(results)}")

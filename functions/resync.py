@@ -1,0 +1,84 @@
+"""resync: the periodic safety net. Finds drift and publishes one nudge per (adapter, step).
+
+Trigger: `dev.knative.sources.ping`.
+Reads: every adapter of both kinds, ModelDeployments, InferenceServices and serving Pods
+(`loraflow.io/serving=true`), all paginated; one `GET /v1/models` per Ready pod (fanned out).
+Writes: nothing. Publishes `io.loraflow.adapter.drifted.v1` (extension `loraflowstep` =
+admit|stat|load|unload, data.reason) to the Broker for what drifted only.
+Outcomes: 204 (nudges are published, not replied); 503 when the API or the Broker fails.
+Cost: a fixed number of paginated lists + one listing per Ready pod, no per-adapter API call.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import Any
+
+from cloudevents.http import CloudEvent
+
+from events.domain import ADAPTER_DRIFTED, STEP_EXTENSION, AdapterDrifted, AdapterRef
+from events.external import PING
+from functions import _edge
+from functions._edge import Deps
+from functions.logic import drift, targets
+from functions.logic.pods import Endpoint, endpoint
+from functions.resources.kinds import (
+    ADAPTER_KINDS,
+    INFERENCE_SERVICE,
+    INFERENCE_SERVICE_LABEL,
+    MODEL_DEPLOYMENT,
+    MODEL_DEPLOYMENT_LABEL,
+    POD,
+    SERVING_LABEL,
+    SGLANG_ADAPTER,
+    VLLM_ADAPTER,
+)
+
+NAME = "resync"
+ACCEPTS = (PING,)
+
+
+def handle(event: CloudEvent, deps: Deps) -> _edge.Reply:
+    snapshot = observe(deps)
+    for nudge in drift.drift(snapshot, deps.settings.mount_root):
+        deps.broker.publish(to_event(nudge))
+    return None
+
+
+def observe(deps: Deps) -> drift.Snapshot:
+    kube = deps.kube
+    located: list[tuple[str, drift.TargetKey, Endpoint]] = []
+    for pod in kube.iter(POD, None, f"{SERVING_LABEL}=true"):
+        labels = (pod.get("metadata") or {}).get("labels") or {}
+        md, isvc = labels.get(MODEL_DEPLOYMENT_LABEL), labels.get(INFERENCE_SERVICE_LABEL)
+        ep = endpoint(pod, "vllm" if md else "sglang")
+        if ep is not None and (md or isvc):
+            which = "md" if md else "isvc"
+            located.append((which, (targets.namespace_of(pod), str(md or isvc)), ep))
+    listings = dict(deps.engines.fan_out([ep for _, _, ep in located], deps.engines.listing))
+    grouped: dict[str, dict[drift.TargetKey, dict[str, Any]]] = {
+        "md": defaultdict(dict),
+        "isvc": defaultdict(dict),
+    }
+    for which, key, ep in located:
+        grouped[which][key][ep.pod] = listings[ep]
+    return drift.Snapshot(
+        v1=list(kube.iter(VLLM_ADAPTER)),
+        v2=list(kube.iter(SGLANG_ADAPTER)),
+        deployments=list(kube.iter(MODEL_DEPLOYMENT)),
+        services=list(kube.iter(INFERENCE_SERVICE)),
+        md_pods=grouped["md"],
+        isvc_pods=grouped["isvc"],
+    )
+
+
+def to_event(nudge: drift.Nudge) -> CloudEvent:
+    ref = AdapterRef.model_validate(
+        {"apiVersion": nudge.api_version, "namespace": nudge.namespace, "name": nudge.name}
+    )
+    data = AdapterDrifted(adapter=ref, step=nudge.step, reason=nudge.reason)
+    subject = ADAPTER_KINDS[nudge.api_version].path(nudge.namespace, nudge.name)
+    return _edge.reply(ADAPTER_DRIFTED, NAME, subject, data, {STEP_EXTENSION: nudge.step})
+
+
+resync = _edge.function(NAME, ACCEPTS, handle)
