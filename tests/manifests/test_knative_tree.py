@@ -1,0 +1,346 @@
+"""`kubectl apply -k knative/` as is: render with the real kubectl and check every object.
+
+- Knative objects validate against Knative's own CRD schemas, vendored in
+  tests/manifests/knative-crds/ (copied from ../shared/reference/knative-crds, see SOURCE.md);
+- core objects validate with kubernetes_validate (Kubernetes 1.32, strict);
+- every Trigger filter matches a type some source or function really emits, and every type we
+  emit has a subscriber (or is listed as public output only);
+- every FUNCTION_TARGET exists in main.py (parsed with ast; docs/contracts.md list as fallback);
+- RBAC grants only the listed verbs: no wildcard, no delete.
+"""
+
+from __future__ import annotations
+
+import ast
+import shutil
+import subprocess
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import kubernetes_validate
+import pytest
+import yaml
+
+from events.catalog import CATALOG
+
+ROOT = Path(__file__).resolve().parents[2]
+KNATIVE_CRDS = Path(__file__).parent / "knative-crds"
+K8S_VERSION = "1.32"
+CONTRACT_FUNCTIONS = {"admit", "stat", "verify", "load", "reload", "unload", "resync", "ingest"}
+# Types we emit that no step of ours consumes: outputs for platform teams' own Triggers.
+PUBLIC_OUTPUT_ONLY = {
+    "io.loraflow.adapter.failed.v1",
+    "io.loraflow.adapter.loaded.v1",
+    "io.loraflow.adapter.unloaded.v1",
+    "io.loraflow.pod.reloaded.v1",
+}
+APISERVER_TYPES = {f"dev.knative.apiserver.resource.{op}" for op in ("add", "update", "delete")}
+ROOT_FIELDS = {"apiVersion": "string", "kind": "string", "metadata": "object"}
+ALLOWED_VERBS = {"get", "list", "watch", "patch", "update", "create"}
+
+Obj = dict[str, Any]
+
+
+@cache
+def rendered() -> tuple[Obj, ...]:
+    """The objects `kubectl kustomize knative/` renders."""
+    kubectl = shutil.which("kubectl")
+    if kubectl is None:
+        pytest.skip("kubectl not installed")
+    out = subprocess.run(
+        [kubectl, "kustomize", str(ROOT / "knative")], check=True, capture_output=True, text=True
+    ).stdout
+    return tuple(doc for doc in yaml.safe_load_all(out) if doc)
+
+
+def of_kind(kind: str) -> list[Obj]:
+    return [o for o in rendered() if o["kind"] == kind]
+
+
+def ident(obj: Obj) -> str:
+    return f"{obj['kind']}/{obj['metadata']['name']}"
+
+
+# --- schemas -----------------------------------------------------------------------------
+
+
+def to_json_schema(node: Any) -> Any:
+    """Structural schema -> JSON Schema: nullable and int-or-string; x-kubernetes-* dropped."""
+    if isinstance(node, list):
+        return [to_json_schema(n) for n in node]
+    if not isinstance(node, dict):
+        return node
+    out = {k: to_json_schema(v) for k, v in node.items() if not k.startswith("x-kubernetes-")}
+    if node.get("x-kubernetes-int-or-string"):
+        out.pop("type", None)
+    if out.pop("nullable", False) and isinstance(out.get("type"), str):
+        out["type"] = [out["type"], "null"]
+    opaque = node.get("x-kubernetes-preserve-unknown-fields") or "additionalProperties" in node
+    if node.get("type") == "object" and "properties" in node and not opaque:
+        out["additionalProperties"] = False  # pruning would silently drop a misspelt field
+    return out
+
+
+@cache
+def knative_schemas() -> dict[tuple[str, str], Obj]:
+    """(apiVersion, kind) -> openAPIV3Schema from the vendored Knative CRDs (and ours)."""
+    found: dict[tuple[str, str], Obj] = {}
+    paths = [*KNATIVE_CRDS.glob("*.yaml"), *(ROOT / "knative" / "crds").glob("*.yaml")]
+    for path in paths:
+        for crd in yaml.safe_load_all(path.read_text()):
+            if not crd or crd.get("kind") != "CustomResourceDefinition":
+                continue
+            for version in crd["spec"]["versions"]:
+                key = (f"{crd['spec']['group']}/{version['name']}", crd["spec"]["names"]["kind"])
+                found[key] = version["schema"]["openAPIV3Schema"]
+    return found
+
+
+def is_custom(obj: Obj) -> bool:
+    return (obj["apiVersion"], obj["kind"]) in knative_schemas()
+
+
+def validator_for(api_version: str, kind: str) -> jsonschema.Draft7Validator:
+    schema = to_json_schema(knative_schemas()[(api_version, kind)])
+    # The apiserver owns apiVersion, kind and metadata; Knative's schemas leave them out.
+    schema["properties"] |= {k: {"type": t} for k, t in ROOT_FIELDS.items()}
+    return jsonschema.Draft7Validator(schema)
+
+
+def test_kustomize_renders_every_file() -> None:
+    kinds = {o["kind"] for o in rendered()}
+    expected = {"Namespace", "CustomResourceDefinition", "ServiceAccount", "ClusterRole"}
+    expected |= {"ClusterRoleBinding", "ConfigMap", "Broker", "Service", "Trigger"}
+    expected |= {"ApiServerSource", "PingSource", "SinkBinding", "IntegrationSource"}
+    assert expected <= kinds
+    assert len(of_kind("CustomResourceDefinition")) == 5
+
+
+def test_vendored_knative_crds_match_shared_copy() -> None:
+    """The copy equals ../shared/reference/knative-crds when that directory exists."""
+    shared = ROOT.parent / "shared" / "reference" / "knative-crds"
+    if not shared.is_dir():
+        pytest.skip("../shared not beside the repository")
+    for path in shared.glob("*.yaml"):
+        assert (KNATIVE_CRDS / path.name).read_bytes() == path.read_bytes(), path.name
+
+
+@pytest.mark.parametrize("obj", [o for o in rendered() if is_custom(o)], ids=ident)
+def test_custom_object_validates_against_its_crd(obj: Obj) -> None:
+    schema = to_json_schema(knative_schemas()[(obj["apiVersion"], obj["kind"])])
+    # The apiserver owns apiVersion, kind and metadata; Knative's schemas leave them out.
+    schema["properties"] |= {k: {"type": t} for k, t in ROOT_FIELDS.items()}
+    errors = [
+        f"{list(e.absolute_path)}: {e.message}" for e in jsonschema.Draft7Validator(schema).iter_errors(obj)
+    ]
+    assert errors == []
+
+
+@pytest.mark.parametrize("obj", [o for o in rendered() if not is_custom(o)], ids=ident)
+def test_core_object_validates(obj: Obj) -> None:
+    kubernetes_validate.validate(obj, K8S_VERSION, strict=True)
+
+
+def test_validation_can_fail() -> None:
+    """A misspelt field and a wrong type are caught (the checks are not vacuous). Knative's
+    Trigger `spec` preserves unknown fields, so the misspelling is at the root."""
+    trigger = {**of_kind("Trigger")[0], "spek": {}}
+    trigger["spec"] = {**trigger["spec"], "delivery": {"retry": "five"}}
+    validator = validator_for("eventing.knative.dev/v1", "Trigger")
+    messages = " ".join(e.message for e in validator.iter_errors(trigger))
+    assert "spek" in messages
+    assert "'five'" in messages
+
+
+# --- routing -----------------------------------------------------------------------------
+
+
+def source_types() -> set[str]:
+    """Types the sources in the tree send."""
+    types: set[str] = set()
+    if of_kind("ApiServerSource"):
+        types |= APISERVER_TYPES
+    if of_kind("PingSource"):
+        types.add("dev.knative.sources.ping")
+    if any("aws" in s["spec"] and "sqs" in s["spec"]["aws"] for s in of_kind("IntegrationSource")):
+        types.add("dev.knative.eventing.aws-sqs")
+    return types
+
+
+def emitted_types() -> set[str]:
+    return {e.type for e in CATALOG if e.direction == "emitted"}
+
+
+def filter_types(node: Any) -> set[str]:
+    """Every `type` value named anywhere in a filter expression."""
+    if isinstance(node, list):
+        return {t for child in node for t in filter_types(child)}
+    if not isinstance(node, dict):
+        return set()
+    found = {node["type"]} if isinstance(node.get("type"), str) else set()
+    return found | {t for child in node.values() for t in filter_types(child)}
+
+
+def subscriber(trigger: Obj) -> str:
+    name: str = trigger["spec"]["subscriber"]["ref"]["name"]
+    return name.removeprefix("loraflow-")
+
+
+@pytest.mark.parametrize("trigger", of_kind("Trigger"), ids=ident)
+def test_trigger_filters_name_real_types(trigger: Obj) -> None:
+    spec = trigger["spec"]
+    assert "filter" not in spec, "use spec.filters (exact/prefix/any), not spec.filter"
+    types = filter_types(spec["filters"])
+    assert types, "a Trigger without a type filter would receive everything"
+    assert types <= source_types() | emitted_types()
+    assert spec["broker"] == "loraflow"
+    assert spec["delivery"]["deadLetterSink"]["ref"]["name"] == "loraflow-dead-letters"
+
+
+def test_every_emitted_type_has_a_subscriber() -> None:
+    subscribed = {t for tr in of_kind("Trigger") for t in filter_types(tr["spec"]["filters"])}
+    assert emitted_types() - subscribed == PUBLIC_OUTPUT_ONLY
+
+
+def test_every_function_has_a_trigger_and_a_service() -> None:
+    services = {s["metadata"]["name"].removeprefix("loraflow-") for s in of_kind("Service")}
+    assert services == CONTRACT_FUNCTIONS | {"dead-letters"}
+    assert {subscriber(t) for t in of_kind("Trigger")} == CONTRACT_FUNCTIONS
+
+
+def test_contract_routes() -> None:
+    """Spot checks of docs/contracts.md: reload on Pods, resync on our PingSource only."""
+    by_function: dict[str, list[Any]] = {}
+    for trigger in of_kind("Trigger"):
+        by_function.setdefault(subscriber(trigger), []).append(trigger["spec"]["filters"])
+    assert {"exact": {"kind": "Pod"}} in by_function["reload"][0]
+    (resync,) = by_function["resync"]
+    assert {"prefix": {"source": "/apis/v1/namespaces/loraflow/pingsources/loraflow-resync"}} in resync
+    drift_steps = {
+        f["exact"]["loraflowstep"]
+        for filters in by_function.values()
+        for group in filters
+        for f in group
+        if "loraflowstep" in f.get("exact", {})
+    }
+    assert drift_steps == {"admit", "stat", "load", "unload"}
+
+
+# --- services ------------------------------------------------------------------------------
+
+
+def main_py_functions() -> set[str]:
+    """Top-level names main.py binds (imports and defs); the contract list until it exists."""
+    main = ROOT / "main.py"
+    if not main.exists():
+        return CONTRACT_FUNCTIONS
+    names: set[str] = set()
+    for node in ast.parse(main.read_text()).body:
+        if isinstance(node, ast.ImportFrom | ast.Import):
+            names |= {alias.asname or alias.name for alias in node.names}
+        elif isinstance(node, ast.FunctionDef):
+            names.add(node.name)
+    return names
+
+
+def container(service: Obj) -> Obj:
+    (only,) = service["spec"]["template"]["spec"]["containers"]
+    result: Obj = only
+    return result
+
+
+def env_of(service: Obj) -> dict[str, Any]:
+    return {e["name"]: e.get("value", e.get("valueFrom")) for e in container(service).get("env", [])}
+
+
+FUNCTION_SERVICES = [s for s in of_kind("Service") if s["metadata"]["name"] != "loraflow-dead-letters"]
+
+
+@pytest.mark.parametrize("service", FUNCTION_SERVICES, ids=ident)
+def test_function_service(service: Obj) -> None:
+    env = env_of(service)
+    name = service["metadata"]["name"]
+    assert name == f"loraflow-{env['FUNCTION_TARGET']}"
+    assert env["FUNCTION_TARGET"] in main_py_functions()
+    assert env["FUNCTION_SIGNATURE_TYPE"] == "http"
+    assert service["metadata"]["labels"]["networking.knative.dev/visibility"] == "cluster-local"
+    template = service["spec"]["template"]
+    assert template["metadata"]["annotations"]["autoscaling.knative.dev/min-scale"] == "0"
+    assert template["spec"]["serviceAccountName"] == "loraflow-functions"
+    c = container(service)
+    assert c["image"] == "ghcr.io/loraflow/functions:0.1.0"
+    assert c["readinessProbe"]["httpGet"]["path"] == "/healthz"
+    assert c["livenessProbe"]["httpGet"]["path"] == "/healthz"
+    assert c["envFrom"] == [{"configMapRef": {"name": "loraflow-config"}}]
+    assert {"requests", "limits"} <= set(c["resources"])
+
+
+def test_config_map_covers_settings_with_defaults() -> None:
+    (config,) = of_kind("ConfigMap")
+    assert all(key.startswith("LORAFLOW_") for key in config["data"])
+    assert "LORAFLOW_WEBHOOK_TOKEN" not in config["data"], "the token belongs in a Secret"
+    ingest = next(s for s in FUNCTION_SERVICES if s["metadata"]["name"] == "loraflow-ingest")
+    token = env_of(ingest)["LORAFLOW_WEBHOOK_TOKEN"]["secretKeyRef"]
+    assert token == {"name": "loraflow-webhook", "key": "token", "optional": True}
+
+
+# --- rbac --------------------------------------------------------------------------------
+
+
+def rules_of(role: str) -> set[tuple[str, str, str]]:
+    (cluster_role,) = [r for r in of_kind("ClusterRole") if r["metadata"]["name"] == role]
+    return {
+        (group, resource, verb)
+        for rule in cluster_role["rules"]
+        for group in rule["apiGroups"]
+        for resource in rule["resources"]
+        for verb in rule["verbs"]
+    }
+
+
+def test_rbac_is_least_privilege() -> None:
+    for role in of_kind("ClusterRole"):
+        for group, resource, verb in rules_of(role["metadata"]["name"]):
+            assert "*" not in (group, resource, verb)
+            assert verb in ALLOWED_VERBS, (role["metadata"]["name"], resource, verb)
+
+
+def test_function_rbac_is_exactly_the_list() -> None:
+    read = {"get", "list", "watch"}
+    expected = {
+        (g, r, v)
+        for g, resources in {
+            "rackai.rackspace.com": ("loraadapters", "models", "modeldeployments"),
+            "inference.rackai.rackspace.com": ("loraadapters", "inferenceservices"),
+            "": ("pods",),
+        }.items()
+        for r in resources
+        for v in read
+    }
+    for group in ("rackai.rackspace.com", "inference.rackai.rackspace.com"):
+        expected |= {
+            (group, r, v) for r in ("loraadapters", "loraadapters/status") for v in ("patch", "update")
+        }
+    expected |= {(g, "events", v) for g in ("", "events.k8s.io") for v in ("create", "patch")}
+    assert rules_of("loraflow-functions") == expected
+
+
+def test_source_rbac_is_read_only_on_watched_kinds() -> None:
+    (source,) = of_kind("ApiServerSource")
+    assert source["spec"]["serviceAccountName"] == "loraflow-sources"
+    grants = rules_of("loraflow-sources")
+    assert {verb for _, _, verb in grants} == {"get", "list", "watch"}
+    plural = {"LoRAAdapter": "loraadapters", "ModelDeployment": "modeldeployments"}
+    plural |= {"InferenceService": "inferenceservices", "Pod": "pods"}
+    for resource in source["spec"]["resources"]:
+        group = resource["apiVersion"].rpartition("/")[0]
+        assert (group, plural[resource["kind"]], "watch") in grants
+
+
+def test_bindings_point_at_the_service_accounts() -> None:
+    accounts = {(s["metadata"]["namespace"], s["metadata"]["name"]) for s in of_kind("ServiceAccount")}
+    for binding in of_kind("ClusterRoleBinding"):
+        for subject in binding["subjects"]:
+            assert (subject["namespace"], subject["name"]) in accounts
