@@ -1,0 +1,274 @@
+"""admit: accept a LoRAAdapter's spec, set its storage path and finalizer, say what is wrong.
+
+Trigger: `dev.knative.apiserver.resource.add|update` for kind LoRAAdapter (either apiVersion);
+    `io.loraflow.adapter.drifted.v1` with extension `loraflowstep=admit`.
+Reads: the adapter (re-read by name; the event data is only a reference); seed 1: the Model
+    `spec.model` in the adapter's namespace; seed 2: the InferenceService of
+    `spec.inferenceServiceRef` (namespace defaults to the adapter's).
+Writes: metadata.finalizers += `loraflow.io/unload` (first), then one status write.
+    Seed 1: storageRef.path, observedGeneration, Ready (False `ModelNotFound` /
+    `IntegrityPathOutsideAdapter`; Unknown `Admitted` when admission passes and no later
+    step has a verdict yet), phase, ready. Seed 2: Available (True `InferenceServiceReady`;
+    False `InferenceServiceNotFound` / `RuntimeMismatch`), Error (True with the same reason,
+    else False `NoError`; Error reasons set by other steps are left alone).
+    A Warning Event is recorded on a transition into a failure reason.
+Replies: `io.loraflow.adapter.admitted.v1` only when a write changed something (first
+    admission, new generation, a verdict that moved); our own status writes come back as
+    update events and end here as no-ops.
+Outcomes: 200 + admitted; 204 nothing changed / object gone / being deleted (unload owns it)
+    / another kind; 400 malformed event or names; 503 Kubernetes API unavailable or conflicts
+    that outlasted the bounded re-reads.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import datetime
+from typing import Any
+
+from cloudevents.http import CloudEvent
+from pydantic import ValidationError
+
+from events.domain import ADAPTER_ADMITTED, ADAPTER_DRIFTED, AdapterAdmitted, AdapterRef
+from events.external import API_ADD, API_UPDATE
+from functions import _edge
+from functions._inputs import adapter_ref, kube_object
+from functions.errors import Reject
+from functions.logic import conditions, phase
+from functions.logic.paths import adapter_dir, check_label, check_subdomain, is_under
+from functions.resources.inference import InferenceService, SGLangAdapter, SGLangAdapterStatus
+from functions.resources.kinds import (
+    ADAPTER_KINDS,
+    FINALIZER,
+    INFERENCE_SERVICE,
+    MODEL,
+    VLLM_ADAPTER,
+    Kind,
+)
+from functions.resources.rackai import LoRAAdapter, LoRAAdapterStatus, StorageRef
+
+NAME = "admit"
+ACCEPTS = (API_ADD, API_UPDATE, ADAPTER_DRIFTED)
+WARNING_REASONS = phase.ADMIT_FAILURES | phase.ADMIT_ERRORS
+
+Obj = dict[str, Any]
+
+
+# -- pure ------------------------------------------------------------------------------------
+def _valid(check: Callable[[str, str], str], value: str | None) -> bool:
+    if not value:
+        return False
+    try:
+        check(value, "name")
+    except Reject:
+        return False
+    return True
+
+
+def model_name_valid(model: str) -> bool:
+    return _valid(check_subdomain, model)
+
+
+def decide_rackai(adapter: LoRAAdapter, model_exists: bool, now: datetime) -> LoRAAdapterStatus:
+    """The whole seed-1 status after admission (other steps' fields kept as they are)."""
+    meta = adapter.metadata
+    namespace, name, model = meta.namespace or "", meta.name or "", adapter.spec.model
+    status = adapter.status or LoRAAdapterStatus()
+    generation = meta.generation
+    directory: str | None = None
+    if model_name_valid(model):
+        try:
+            directory = adapter_dir(namespace, model, name)
+        except Reject:
+            directory = None
+    declared = sorted((adapter.spec.integrity.md5 or {}) if adapter.spec.integrity else {})
+    outside = [k for k in declared if directory is None or not is_under(k, directory)]
+
+    current = conditions.find(status.conditions, phase.READY)
+    conds = status.conditions
+    if directory is None or not model_exists:
+        conds = conditions.set_condition(
+            conds,
+            phase.READY,
+            "False",
+            phase.MODEL_NOT_FOUND,
+            f"Model {model!r} not found in namespace {namespace!r}",
+            generation,
+            now,
+        )
+    elif outside:
+        conds = conditions.set_condition(
+            conds,
+            phase.READY,
+            "False",
+            phase.INTEGRITY_PATH_OUTSIDE_ADAPTER,
+            f"spec.integrity.md5 keys must lie under {directory}: "
+            + ", ".join(outside[:20])
+            + (f" and {len(outside) - 20} more" if len(outside) > 20 else ""),
+            generation,
+            now,
+        )
+    elif current is None or current.reason in phase.ADMIT_FAILURES or current.reason == phase.ADMITTED:
+        conds = conditions.set_condition(
+            conds,
+            phase.READY,
+            "Unknown",
+            phase.ADMITTED,
+            "Spec accepted; waiting for the storage observation and the integrity check",
+            generation,
+            now,
+        )
+    phase_, ready = phase.summarize(conds, bool(status.files))
+    return status.model_copy(
+        update={
+            "conditions": conds,
+            "storage_ref": StorageRef(path=directory) if directory else None,
+            "observed_generation": generation,
+            "phase": phase_,
+            "ready": ready,
+        }
+    )
+
+
+def decide_sglang(
+    adapter: SGLangAdapter, target: InferenceService | None, now: datetime
+) -> SGLangAdapterStatus:
+    """The whole seed-2 status after admission: Available and (admit's part of) Error."""
+    meta = adapter.metadata
+    ref = adapter.spec.inference_service_ref
+    where = f"{ref.namespace or meta.namespace}/{ref.name}"
+    status = adapter.status or SGLangAdapterStatus()
+    generation = meta.generation
+    reason: str
+    if target is None:
+        ok, reason, message = False, phase.INFERENCE_SERVICE_NOT_FOUND, f"InferenceService {where} not found"
+    elif target.spec.runtime != "sglang":
+        ok, reason = False, phase.RUNTIME_MISMATCH
+        message = (
+            f"InferenceService {where} runs runtime {target.spec.runtime!r}; this adapter kind needs 'sglang'"
+        )
+    else:
+        ok, reason, message = True, phase.INFERENCE_SERVICE_READY, f"InferenceService {where} runs sglang"
+    conds = conditions.set_condition(
+        status.conditions, phase.AVAILABLE, "True" if ok else "False", reason, message, generation, now
+    )
+    error = conditions.find(conds, phase.ERROR)
+    if not ok:
+        conds = conditions.set_condition(conds, phase.ERROR, "True", reason, message, generation, now)
+    elif error is None or error.reason in phase.ADMIT_ERRORS:
+        conds = conditions.set_condition(
+            conds, phase.ERROR, "False", phase.NO_ERROR, "No reconcile step reports an error", generation, now
+        )
+    return status.model_copy(update={"conditions": conds})
+
+
+# -- shell -----------------------------------------------------------------------------------
+def _target(event: CloudEvent) -> tuple[Kind, str, str] | None:
+    if event["type"] == ADAPTER_DRIFTED:
+        ref = adapter_ref(event)
+        return ADAPTER_KINDS[ref.api_version], ref.namespace, ref.name
+    obj = kube_object(event)
+    kind = ADAPTER_KINDS.get(str(obj.get("apiVersion")))
+    if obj.get("kind") != "LoRAAdapter" or kind is None:
+        return None
+    if (obj.get("metadata") or {}).get("deletionTimestamp"):
+        return None
+    return kind, obj["metadata"]["namespace"], obj["metadata"]["name"]
+
+
+def _deleting(obj: Obj) -> bool:
+    return bool((obj.get("metadata") or {}).get("deletionTimestamp"))
+
+
+def _ready_reason(kind: Kind, obj: Obj | None) -> str | None:
+    if obj is None:
+        return None
+    conds = (obj.get("status") or {}).get("conditions") or []
+    want = phase.READY if kind == VLLM_ADAPTER else phase.AVAILABLE
+    found = next((c for c in conds if isinstance(c, dict) and c.get("type") == want), None)
+    return None if found is None or found.get("status") == "True" else str(found.get("reason"))
+
+
+def _parse(kind: Kind, obj: Obj) -> LoRAAdapter | SGLangAdapter:
+    try:
+        if kind == VLLM_ADAPTER:
+            return LoRAAdapter.model_validate(obj)
+        return SGLangAdapter.model_validate(obj)
+    except ValidationError as err:
+        raise Reject(f"stored LoRAAdapter does not match its schema: {err.errors()[:3]}") from err
+
+
+def handle(event: CloudEvent, deps: _edge.Deps) -> CloudEvent | None:
+    target = _target(event)
+    if target is None:
+        return None
+    kind, namespace, name = target
+    kube = deps.kube
+    obj = kube.get(kind, namespace, name)
+    if obj is None or _deleting(obj):
+        return None
+    now = deps.clock()
+
+    def finalizers(current: Obj) -> list[str] | None:
+        present = list((current.get("metadata") or {}).get("finalizers") or [])
+        return None if _deleting(current) or FINALIZER in present else [*present, FINALIZER]
+
+    added = kube.write_finalizers(kind, namespace, name, finalizers)
+    if added is None:
+        return None
+
+    models: dict[str, bool] = {}
+    services: dict[tuple[str, str], InferenceService | None] = {}
+    seen: dict[str, Obj] = {}
+
+    def desired(current: Obj) -> Obj | None:
+        seen["before"] = current
+        if _deleting(current):
+            return None
+        adapter = _parse(kind, current)
+        if isinstance(adapter, LoRAAdapter):
+            model = adapter.spec.model
+            if model not in models:
+                models[model] = model_name_valid(model) and kube.get(MODEL, namespace, model) is not None
+            return adapter_status_wire(decide_rackai(adapter, models[model], now))
+        ref = adapter.spec.inference_service_ref
+        key = (ref.namespace or namespace, ref.name)
+        if key not in services:
+            services[key] = None
+            if _valid(check_label, key[0]) and _valid(check_subdomain, key[1]):
+                found = kube.get(INFERENCE_SERVICE, key[0], key[1])
+                services[key] = InferenceService.model_validate(found) if found is not None else None
+        return adapter_status_wire(decide_sglang(adapter, services[key], now))
+
+    written = kube.write_status(kind, namespace, name, desired)
+    if written is None:
+        return None
+    before, after = _ready_reason(kind, seen.get("before")), _ready_reason(kind, written.obj)
+    if after in WARNING_REASONS and after != before and written.changed:
+        message = _condition_message(kind, written.obj)
+        kube.record_event(written.obj, "Warning", after, message, NAME, now)
+    if not (written.changed or added.changed):
+        return None
+    generation = int((written.obj.get("metadata") or {}).get("generation") or 0)
+    ref_out = AdapterRef(api_version=kind.api_version, namespace=namespace, name=name)
+    return _edge.reply(
+        ADAPTER_ADMITTED,
+        NAME,
+        kind.path(namespace, name),
+        AdapterAdmitted(adapter=ref_out, generation=generation),
+    )
+
+
+def adapter_status_wire(status: LoRAAdapterStatus | SGLangAdapterStatus) -> Obj:
+    return status.to_wire()
+
+
+def _condition_message(kind: Kind, obj: Obj) -> str:
+    want = phase.READY if kind == VLLM_ADAPTER else phase.AVAILABLE
+    for c in (obj.get("status") or {}).get("conditions") or []:
+        if isinstance(c, dict) and c.get("type") == want:
+            return str(c.get("message") or "")
+    return ""
+
+
+admit = _edge.function(NAME, ACCEPTS, handle)

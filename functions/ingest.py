@@ -1,0 +1,194 @@
+"""ingest: turn a SeaweedFS filer notification into our `file.changed` event.
+
+Trigger: the SeaweedFS webhook queue, JSON `{key, event_type, message}` posted straight to
+    this function (not a CloudEvent; bearer token checked when `LORAFLOW_WEBHOOK_TOKEN` is
+    set); `dev.knative.eventing.aws-sqs` from the IntegrationSource, whose data is the SQS
+    body: raw protobuf `EventNotification` bytes (or a base64 / latin-1 / UTF-8 string of
+    them); the path comes from the extension `key`, else new_parent_path + new_entry.name.
+Reads: the notification only (nothing else: the downstream steps re-read storage).
+Writes: nothing.
+Replies: `io.loraflow.file.changed.v1` (subject = the full path; for a rename the old path,
+    data.newPath the new one; a rename from elsewhere into /loraadapters/ is a create of the
+    new path) for files under /loraadapters/. The webhook is not delivered by the Broker, so
+    there the event is published to the Broker (`K_SINK` / `LORAFLOW_BROKER_URL`) and the
+    answer is 204; without a broker URL it is returned in the response.
+Outcomes: 200 + file.changed; 204 a directory, or a well-formed notification for a path
+    outside /loraadapters/ (the filer notifies about everything); 400 undecodable body or
+    protobuf (the message says which field), a path that is not normalised (`..`, `.`,
+    `//`, percent-encoded dots or slashes, NUL); 401 webhook without the right bearer token;
+    503 the Broker could not be reached (webhook only; SeaweedFS retries).
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hmac
+import json
+import posixpath
+from typing import Any
+
+import flask
+from cloudevents.http import CloudEvent
+from pydantic import ValidationError
+
+from events.domain import FILE_CHANGED, FileChanged
+from events.external import AWS_SQS, SeaweedWebhook
+from functions import _edge
+from functions.errors import Reject, Unauthorized
+from functions.logic.paths import STORAGE_ROOT, is_under
+from functions.logic.seaweed_event import (
+    FileChange,
+    InvalidNotification,
+    Notification,
+    ProtoDecodeError,
+    classify,
+    decode_event_notification,
+    decode_sqs_body,
+    join_path,
+    parse_webhook_message,
+)
+
+NAME = "ingest"
+ACCEPTS = (AWS_SQS,)
+_ENCODED = ("%2e", "%2f", "%5c", "%00")
+
+
+# -- pure ------------------------------------------------------------------------------------
+def check_path(path: str, what: str) -> str:
+    """Reject a path that is not absolute and normalised (no traversal in any spelling)."""
+    lowered = path.lower()
+    if "\x00" in path:
+        raise Reject(f"{what} {path!r} contains a NUL byte")
+    if any(code in lowered for code in _ENCODED):
+        raise Reject(f"{what} {path!r} contains percent-encoded dots, slashes or NUL")
+    if not path.startswith("/"):
+        raise Reject(f"{what} {path!r} is not absolute")
+    if path != "/" and posixpath.normpath(path) != path:
+        raise Reject(f"{what} {path!r} is not normalised ('.', '..', '//' or a trailing slash)")
+    return path
+
+
+def file_changed(change: FileChange) -> FileChanged | None:
+    """Our payload for a classified notification; None when it is none of our business."""
+    check_path(change.path, "notification path")
+    if change.new_path is not None:
+        check_path(change.new_path, "notification new path")
+    if change.is_directory:
+        return None
+    md5 = change.md5_hex if change.md5_hex and len(change.md5_hex) == 32 else None
+    try:
+        if is_under(change.path, STORAGE_ROOT):
+            return FileChanged(
+                path=change.path,
+                event_type=change.event_type,
+                new_path=change.new_path,
+                size=change.size,
+                md5=md5,
+            )
+        if change.new_path is not None and is_under(change.new_path, STORAGE_ROOT):
+            return FileChanged(path=change.new_path, event_type="create", size=change.size, md5=md5)
+    except ValidationError as err:
+        raise Reject(f"notification for {change.path!r} is not a valid file.changed: {err}") from err
+    return None
+
+
+def decode_sqs_data(data: Any) -> Notification:
+    """The EventNotification in an aws-sqs CloudEvent's data, or Reject saying what failed."""
+    if data is None or data == b"" or data == "":
+        raise Reject("aws-sqs event has no data (expected protobuf EventNotification bytes)")
+    errors: list[str] = []
+    if isinstance(data, bytes | bytearray):
+        try:
+            return decode_event_notification(bytes(data))
+        except ProtoDecodeError as err:
+            errors.append(f"as raw protobuf bytes: {err}")
+        try:
+            data = bytes(data).decode("ascii")
+        except UnicodeDecodeError:
+            raise Reject("aws-sqs data is not a protobuf EventNotification: " + "; ".join(errors)) from None
+    if not isinstance(data, str):
+        raise Reject(
+            f"aws-sqs data is a JSON {type(data).__name__}; expected protobuf EventNotification bytes"
+        )
+    try:
+        raw = base64.b64decode(data, validate=True)
+    except (binascii.Error, ValueError):
+        raw = None
+    if raw:
+        try:
+            return decode_event_notification(raw)
+        except ProtoDecodeError as err:
+            errors.append(f"as base64: {err}")
+    try:
+        return decode_sqs_body(data)
+    except ProtoDecodeError as err:
+        errors.append(str(err))
+    raise Reject("aws-sqs data is not a protobuf EventNotification: " + "; ".join(errors))
+
+
+def key_of(notification: Notification, extension: object) -> str:
+    """The event key: the `key` extension (SQS attribute), else derived from the new entry."""
+    if isinstance(extension, str) and extension:
+        return extension
+    if notification.new_entry is not None and notification.new_parent_path:
+        return join_path(notification.new_parent_path, notification.new_entry.name)
+    raise Reject(
+        "aws-sqs event has no `key` extension and the notification names no new_parent_path "
+        "and new entry to derive the path from"
+    )
+
+
+def _classify(key: str, notification: Notification) -> FileChange:
+    try:
+        return classify(key, notification)
+    except InvalidNotification as err:
+        raise Reject(f"notification for {key!r} cannot be classified: {err}") from err
+
+
+def _event(payload: FileChanged) -> CloudEvent:
+    return _edge.reply(FILE_CHANGED, NAME, payload.path, payload)
+
+
+# -- shell -----------------------------------------------------------------------------------
+def handle(event: CloudEvent, deps: _edge.Deps) -> CloudEvent | None:
+    del deps
+    notification = decode_sqs_data(event.get_data())
+    key = key_of(notification, event.get("key"))
+    check_path(key, "notification key")
+    payload = file_changed(_classify(key, notification))
+    return _event(payload) if payload is not None else None
+
+
+def webhook(request: flask.Request, deps: _edge.Deps) -> CloudEvent | None:
+    token = deps.settings.webhook_token
+    if token is not None:
+        expected = ("Bearer " + token.get_secret_value()).encode()
+        given = (request.headers.get("Authorization") or "").encode()
+        if not hmac.compare_digest(given, expected):
+            raise Unauthorized("webhook request without the expected bearer token")
+    body = request.get_data(cache=True)
+    if len(body) > _edge.MAX_BODY_BYTES:
+        raise Reject(f"body of {len(body)} bytes exceeds the {_edge.MAX_BODY_BYTES}-byte limit")
+    try:
+        message = SeaweedWebhook.model_validate(json.loads(body))
+    except (ValueError, UnicodeDecodeError) as err:  # ValidationError is a ValueError
+        raise Reject(
+            f"webhook body is not a SeaweedFS notification {{key, event_type, message}}: {err}"
+        ) from err
+    try:
+        notification = parse_webhook_message(message.message)
+    except InvalidNotification as err:
+        raise Reject(f"webhook message for {message.key!r} cannot be decoded: {err}") from err
+    check_path(message.key, "notification key")
+    payload = file_changed(_classify(message.key, notification))
+    if payload is None:
+        return None
+    event = _event(payload)
+    if deps.settings.broker_url:
+        deps.broker.publish(event)
+        return None
+    return event
+
+
+ingest = _edge.function(NAME, ACCEPTS, handle, webhook=webhook)

@@ -1,0 +1,176 @@
+"""stat: list an adapter's storage directory and record what is there.
+
+Trigger: `io.loraflow.adapter.admitted.v1`; `io.loraflow.file.changed.v1` (subject = the
+    full storage path); `io.loraflow.adapter.drifted.v1` with `loraflowstep=stat`.
+Reads: the seed-1 adapter (re-read; for file.changed the adapter is found from the path
+    `/loraadapters/{ns}/{model}/{name}/...` and must have that `spec.model`); storage
+    (`stat_dir` of `status.storageRef.path`, else the computed directory).
+Writes: one status write: files [{path, size}], size (BinarySI Quantity of the total,
+    "0" when empty), integrity.files {path: {md5 (hex, omitted when the backend reported
+    none), size}} whenever at least one file was seen (removed when none); phase/ready
+    re-derived (files seen moves Pending to Processing).
+Replies: `io.loraflow.adapter.statcompleted.v1` only when the observation changed.
+Outcomes: 200 + statcompleted; 204 nothing changed / seed-2 adapter / no adapter at that
+    path / adapter gone or being deleted; 400 a path not normalised or not under
+    /loraadapters/, malformed event; 503 storage or Kubernetes API unavailable (status is
+    left untouched: never a half-true observation).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from datetime import datetime
+from typing import Any
+
+from cloudevents.http import CloudEvent
+from pydantic import ValidationError
+
+from events.domain import (
+    ADAPTER_ADMITTED,
+    ADAPTER_DRIFTED,
+    ADAPTER_STAT_COMPLETED,
+    FILE_CHANGED,
+    AdapterRef,
+    AdapterStatCompleted,
+    FileChanged,
+)
+from functions import _edge
+from functions._inputs import adapter_ref
+from functions.adapters.storage import StoredFile
+from functions.errors import Reject
+from functions.logic import phase
+from functions.logic.paths import STORAGE_ROOT, adapter_dir, adapter_of_path, check_storage_path, is_under
+from functions.logic.quantity import format_bytes
+from functions.resources.kinds import VLLM_ADAPTER
+from functions.resources.rackai import (
+    FileInfo,
+    FileStatus,
+    IntegrityStatus,
+    LoRAAdapter,
+    LoRAAdapterStatus,
+)
+
+NAME = "stat"
+ACCEPTS = (ADAPTER_ADMITTED, FILE_CHANGED, ADAPTER_DRIFTED)
+OBSERVATION = ("files", "size", "integrity")
+
+Obj = dict[str, Any]
+
+
+# -- pure ------------------------------------------------------------------------------------
+def decide(adapter: LoRAAdapter, listing: Sequence[StoredFile], now: datetime) -> LoRAAdapterStatus:
+    """The whole status with the new storage observation (`now` unused: no condition moves)."""
+    del now
+    status = adapter.status or LoRAAdapterStatus()
+    files = sorted(listing, key=lambda f: f.path)
+    total = sum(f.size for f in files)
+    integrity = status.integrity.model_copy() if status.integrity else IntegrityStatus()
+    integrity.files = {f.path: FileStatus(md5=f.md5, size=f.size) for f in files} or None
+    phase_, ready = phase.summarize(status.conditions, bool(files))
+    return status.model_copy(
+        update={
+            "files": [FileInfo(path=f.path, size=f.size) for f in files] or None,
+            "size": format_bytes(total),
+            "integrity": integrity,
+            "phase": phase_,
+            "ready": ready,
+        }
+    )
+
+
+def listing_dir(adapter: LoRAAdapter) -> str | None:
+    """Where the adapter's files live: status.storageRef.path, else the seed-1 layout."""
+    ref = adapter.status.storage_ref if adapter.status else None
+    if ref is not None and ref.path and is_under(ref.path, STORAGE_ROOT):
+        return ref.path.rstrip("/") + "/"
+    meta = adapter.metadata
+    try:
+        return adapter_dir(meta.namespace or "", adapter.spec.model, meta.name or "")
+    except Reject:
+        return None  # a model name that cannot be a path: admit says ModelNotFound
+
+
+def observation(status: Obj | None) -> dict[str, Any]:
+    return {k: (status or {}).get(k) for k in OBSERVATION}
+
+
+# -- shell -----------------------------------------------------------------------------------
+def _targets(event: CloudEvent) -> list[tuple[str, str, str | None]]:
+    """(namespace, name, required spec.model or None) of the adapters this event is about."""
+    if event["type"] != FILE_CHANGED:
+        ref = adapter_ref(event)
+        if ref.api_version != VLLM_ADAPTER.api_version:
+            return []
+        return [(ref.namespace, ref.name, None)]
+    data = event.get_data()
+    path = data.get("path") if isinstance(data, dict) else None
+    if not isinstance(path, str):
+        path = event.get("subject")
+    if not isinstance(path, str):
+        raise Reject("file.changed names no path (data.path or subject)")
+    check_storage_path(path)
+    changed = _edge.data_as(event, FileChanged)
+    out: list[tuple[str, str, str | None]] = []
+    for candidate in (changed.path, changed.new_path):
+        if candidate and is_under(candidate, STORAGE_ROOT):
+            owner = adapter_of_path(candidate)
+            if owner is not None and (owner[0], owner[2], owner[1]) not in out:
+                out.append((owner[0], owner[2], owner[1]))
+    return out
+
+
+def _one(deps: _edge.Deps, namespace: str, name: str, model: str | None) -> CloudEvent | None:
+    kube = deps.kube
+    obj = kube.get(VLLM_ADAPTER, namespace, name)
+    if obj is None or (obj.get("metadata") or {}).get("deletionTimestamp"):
+        return None
+    adapter = _parse(obj)
+    if model is not None and adapter.spec.model != model:
+        return None
+    directory = listing_dir(adapter)
+    if directory is None:
+        return None
+    listing = deps.storage.stat_dir(directory)
+    now = deps.clock()
+    seen: dict[str, Obj] = {}
+
+    def desired(current: Obj) -> Obj | None:
+        seen["before"] = current
+        fresh = _parse(current)
+        if (current.get("metadata") or {}).get("deletionTimestamp") or listing_dir(fresh) != directory:
+            return None  # moved under us: the next nudge lists the right place
+        return decide(fresh, listing, now).to_wire()
+
+    written = kube.write_status(VLLM_ADAPTER, namespace, name, desired)
+    if written is None or not written.changed:
+        return None
+    if observation(seen["before"].get("status")) == observation(written.obj.get("status")):
+        return None
+    ref = AdapterRef(api_version=VLLM_ADAPTER.api_version, namespace=namespace, name=name)
+    files = (written.obj.get("status") or {}).get("files") or []
+    payload = AdapterStatCompleted(
+        adapter=ref, files=len(files), size=format_bytes(sum(f.size for f in listing))
+    )
+    return _edge.reply(ADAPTER_STAT_COMPLETED, NAME, VLLM_ADAPTER.path(namespace, name), payload)
+
+
+def _parse(obj: Obj) -> LoRAAdapter:
+    try:
+        return LoRAAdapter.model_validate(obj)
+    except ValidationError as err:
+        raise Reject(f"stored LoRAAdapter does not match its schema: {err.errors()[:3]}") from err
+
+
+def _first(replies: Iterable[CloudEvent | None]) -> CloudEvent | None:
+    return next((r for r in replies if r is not None), None)
+
+
+def handle(event: CloudEvent, deps: _edge.Deps) -> CloudEvent | None:
+    # A rename between two adapters touches both; the reply (one per response) goes to the
+    # adapter the file arrived in, the other one is repaired by the next nudge/resync.
+    targets = _targets(event)
+    replies = [_one(deps, ns, name, model) for ns, name, model in targets]
+    return _first(reversed(replies))
+
+
+stat = _edge.function(NAME, ACCEPTS, handle)

@@ -1,0 +1,154 @@
+"""verify: compare the declared MD5s with what storage reported; say Ready or why not.
+
+Trigger: `io.loraflow.adapter.statcompleted.v1`; `io.loraflow.adapter.admitted.v1` (a
+    spec.integrity declared or changed after the upload).
+Reads: the seed-1 adapter (re-read): spec.integrity.md5 and status.integrity.files; storage,
+    only to hash (streaming, at most `LORAFLOW_HASH_MAX_BYTES`) a declared file whose backend
+    reported no MD5.
+Writes: one status write: uploadComplete, Ready (True `IntegrityVerified`; False
+    `IntegrityCheckFailed` / `Md5Unavailable` / `AwaitingFiles` / `AwaitingIntegrity`;
+    admit's verdicts `ModelNotFound` / `IntegrityPathOutsideAdapter` are kept), phase, ready.
+    A Warning Event is recorded on a transition into `IntegrityCheckFailed`.
+Replies: `io.loraflow.adapter.ready.v1` when the verdict became Ready,
+    `io.loraflow.adapter.failed.v1` when it became a failure; nothing otherwise.
+Outcomes: 200 + ready/failed; 204 verdict unchanged / seed-2 adapter / adapter gone or being
+    deleted; 400 malformed event; 503 storage (while hashing) or Kubernetes API unavailable.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from datetime import datetime
+from typing import Any
+
+from cloudevents.http import CloudEvent
+from pydantic import ValidationError
+
+from events.domain import (
+    ADAPTER_ADMITTED,
+    ADAPTER_FAILED,
+    ADAPTER_READY,
+    ADAPTER_STAT_COMPLETED,
+    AdapterFailed,
+    AdapterReady,
+    AdapterRef,
+)
+from functions import _edge
+from functions._inputs import adapter_ref
+from functions.errors import Reject
+from functions.logic import conditions, integrity, phase
+from functions.resources.kinds import VLLM_ADAPTER
+from functions.resources.rackai import LoRAAdapter, LoRAAdapterStatus
+
+NAME = "verify"
+ACCEPTS = (ADAPTER_STAT_COMPLETED, ADAPTER_ADMITTED)
+
+Obj = dict[str, Any]
+
+
+# -- pure ------------------------------------------------------------------------------------
+def observed_files(adapter: LoRAAdapter) -> dict[str, integrity.Observed]:
+    status = adapter.status
+    files = (status.integrity.files if status and status.integrity else None) or {}
+    return {path: integrity.Observed(md5=f.md5, size=f.size) for path, f in files.items()}
+
+
+def declared(adapter: LoRAAdapter) -> dict[str, str]:
+    return dict((adapter.spec.integrity.md5 if adapter.spec.integrity else None) or {})
+
+
+def decide(adapter: LoRAAdapter, hashed: Mapping[str, str | None], now: datetime) -> LoRAAdapterStatus:
+    """The whole status with the integrity verdict; `hashed` holds MD5s computed by streaming."""
+    status = adapter.status or LoRAAdapterStatus()
+    observed = observed_files(adapter)
+    verdict = integrity.compare(declared(adapter), observed, hashed)
+    conds = status.conditions
+    current = conditions.find(conds, phase.READY)
+    if current is None or current.reason not in phase.ADMIT_FAILURES:
+        conds = conditions.set_condition(
+            conds,
+            phase.READY,
+            verdict.status,
+            verdict.reason,
+            verdict.message,
+            adapter.metadata.generation,
+            now,
+        )
+    phase_, ready = phase.summarize(conds, bool(observed) or bool(status.files))
+    return status.model_copy(
+        update={
+            "conditions": conds,
+            "upload_complete": verdict.upload_complete,
+            "phase": phase_,
+            "ready": ready,
+        }
+    )
+
+
+def verdict_of(status: Obj | None) -> tuple[str, str] | None:
+    """(status, reason) of the Ready condition in a wire status."""
+    for c in (status or {}).get("conditions") or []:
+        if isinstance(c, dict) and c.get("type") == phase.READY:
+            return str(c.get("status")), str(c.get("reason"))
+    return None
+
+
+# -- shell -----------------------------------------------------------------------------------
+def _parse(obj: Obj) -> LoRAAdapter:
+    try:
+        return LoRAAdapter.model_validate(obj)
+    except ValidationError as err:
+        raise Reject(f"stored LoRAAdapter does not match its schema: {err.errors()[:3]}") from err
+
+
+def handle(event: CloudEvent, deps: _edge.Deps) -> CloudEvent | None:
+    ref = adapter_ref(event)
+    if ref.api_version != VLLM_ADAPTER.api_version:
+        return None
+    kube = deps.kube
+    namespace, name = ref.namespace, ref.name
+    obj = kube.get(VLLM_ADAPTER, namespace, name)
+    if obj is None or (obj.get("metadata") or {}).get("deletionTimestamp"):
+        return None
+    now = deps.clock()
+    limit = deps.settings.hash_max_bytes
+    hashes: dict[tuple[str, int | None], str | None] = {}
+    seen: dict[str, Obj] = {}
+
+    def desired(current: Obj) -> Obj | None:
+        seen["before"] = current
+        if (current.get("metadata") or {}).get("deletionTimestamp"):
+            return None
+        adapter = _parse(current)
+        observed = observed_files(adapter)
+        hashed: dict[str, str | None] = {}
+        for path in integrity.to_hash(declared(adapter), observed):
+            key = (path, observed[path].size)
+            if key not in hashes:
+                hashes[key] = deps.storage.hash_file(path, limit) if limit > 0 else None
+            hashed[path] = hashes[key]
+        return decide(adapter, hashed, now).to_wire()
+
+    written = kube.write_status(VLLM_ADAPTER, namespace, name, desired)
+    if written is None or not written.changed:
+        return None
+    before = verdict_of(seen["before"].get("status"))
+    after = verdict_of(written.obj.get("status"))
+    if after is None or after == before:
+        return None
+    condition = next(
+        c for c in written.obj["status"]["conditions"] if isinstance(c, dict) and c.get("type") == phase.READY
+    )
+    out = AdapterRef(api_version=VLLM_ADAPTER.api_version, namespace=namespace, name=name)
+    subject = VLLM_ADAPTER.path(namespace, name)
+    if after[1] == phase.INTEGRITY_CHECK_FAILED:
+        kube.record_event(written.obj, "Warning", after[1], str(condition.get("message") or ""), NAME, now)
+    if after[0] == "True":
+        return _edge.reply(ADAPTER_READY, NAME, subject, AdapterReady(adapter=out))
+    if after[0] == "False" and after[1] in phase.TERMINAL:
+        failed = AdapterFailed(adapter=out, reason=after[1], message=str(condition.get("message") or ""))
+        return _edge.reply(ADAPTER_FAILED, NAME, subject, failed)
+    return None
+
+
+verify = _edge.function(NAME, ACCEPTS, handle)

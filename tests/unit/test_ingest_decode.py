@@ -1,0 +1,144 @@
+"""ingest's pure parts: path checks, classification to file.changed, SQS body decoding."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+from typing import Any
+
+import pytest
+
+from events.domain import FileChanged
+from functions.errors import Reject
+from functions.ingest import check_path, decode_sqs_data, file_changed, key_of
+from functions.logic.seaweed_event import (
+    EntryInfo,
+    FileChange,
+    Notification,
+    encode_event_notification,
+    sqs_body_from_bytes,
+)
+
+P = "/loraadapters/ns/llama/a/w.safetensors"
+MD5 = hashlib.md5(b"x", usedforsecurity=False).hexdigest()
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        pytest.param("/loraadapters/ns/m/a/../../b/x", id="dotdot"),
+        pytest.param("/loraadapters/ns/m/a/%2e%2e/x", id="encoded-dotdot"),
+        pytest.param("/loraadapters/ns/m/a/%2E%2E/x", id="encoded-dotdot-upper"),
+        pytest.param("/loraadapters/ns/m/a%2fx", id="encoded-slash"),
+        pytest.param("/loraadapters/ns/m/a/x\x00y", id="nul"),
+        pytest.param("/loraadapters//ns/m/a/x", id="double-slash"),
+        pytest.param("/loraadapters/ns/m/a/./x", id="dot"),
+        pytest.param("loraadapters/ns/m/a/x", id="relative"),
+        pytest.param("/loraadapters/ns/m/a/", id="trailing-slash"),
+    ],
+)
+def test_check_path_rejects(path: str) -> None:
+    with pytest.raises(Reject):
+        check_path(path, "key")
+
+
+def test_check_path_accepts() -> None:
+    assert check_path(P, "key") == P
+    assert check_path("/", "key") == "/"
+
+
+def change(path: str = P, **kw: Any) -> FileChange:
+    base: dict[str, Any] = {
+        "event_type": "create",
+        "new_path": None,
+        "size": 7,
+        "md5_hex": MD5,
+        "is_directory": False,
+    }
+    return FileChange(path=path, **(base | kw))
+
+
+@pytest.mark.parametrize(
+    ("given", "expected"),
+    [
+        pytest.param(change(), FileChanged(path=P, event_type="create", size=7, md5=MD5), id="create"),
+        pytest.param(
+            change(event_type="update", md5_hex=None),
+            FileChanged(path=P, event_type="update", size=7),
+            id="update-without-md5",
+        ),
+        pytest.param(
+            change(event_type="delete", size=None, md5_hex=None),
+            FileChanged(path=P, event_type="delete"),
+            id="delete",
+        ),
+        pytest.param(
+            change(path="/loraadapters/ns/llama/a/tmp", event_type="rename", new_path=P),
+            FileChanged(
+                path="/loraadapters/ns/llama/a/tmp", event_type="rename", new_path=P, size=7, md5=MD5
+            ),
+            id="rename-inside",
+        ),
+        pytest.param(
+            change(path="/uploads/x", event_type="rename", new_path=P),
+            FileChanged(path=P, event_type="create", size=7, md5=MD5),
+            id="rename-into-adapters-is-create",
+        ),
+        pytest.param(change(path="/other/x"), None, id="outside-ignored"),
+        pytest.param(change(path="/loraadapters", is_directory=True), None, id="root-dir-ignored"),
+        pytest.param(
+            change(path="/loraadapters/ns/llama/a", is_directory=True), None, id="directory-ignored"
+        ),
+        pytest.param(
+            change(md5_hex="abcd"), FileChanged(path=P, event_type="create", size=7), id="odd-md5-dropped"
+        ),
+    ],
+)
+def test_file_changed(given: FileChange, expected: FileChanged | None) -> None:
+    assert file_changed(given) == expected
+
+
+def test_file_changed_rejects_bad_new_path() -> None:
+    with pytest.raises(Reject, match="new path"):
+        file_changed(change(event_type="rename", new_path="/loraadapters/ns/../x"))
+
+
+NOTE = Notification(
+    new_entry=EntryInfo(name="w.safetensors", file_size=7, md5=bytes.fromhex(MD5)),
+    new_parent_path="/loraadapters/ns/llama/a",
+)
+RAW = encode_event_notification(NOTE)
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        pytest.param(RAW, id="raw-bytes"),
+        pytest.param(base64.b64encode(RAW).decode(), id="base64-string"),
+        pytest.param(base64.b64encode(RAW), id="base64-bytes"),
+        pytest.param(sqs_body_from_bytes(RAW), id="latin1-string"),
+    ],
+)
+def test_decode_sqs_data(data: Any) -> None:
+    assert decode_sqs_data(data) == NOTE
+
+
+@pytest.mark.parametrize(
+    ("data", "message"),
+    [
+        pytest.param(None, "no data", id="none"),
+        pytest.param({"a": 1}, "JSON dict", id="json-object"),
+        pytest.param(b"\xff\xff\xff\xff", "not a protobuf EventNotification", id="garbage-bytes"),
+        pytest.param("hello \ufffd world", "not a protobuf EventNotification", id="garbage-text"),
+    ],
+)
+def test_decode_sqs_data_rejects(data: Any, message: str) -> None:
+    with pytest.raises(Reject, match=message):
+        decode_sqs_data(data)
+
+
+def test_key_of() -> None:
+    assert key_of(NOTE, "/x/y") == "/x/y"
+    assert key_of(NOTE, None) == P
+    with pytest.raises(Reject, match="no `key` extension"):
+        key_of(Notification(old_entry=EntryInfo(name="w")), None)

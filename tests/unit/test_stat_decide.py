@@ -1,0 +1,141 @@
+"""stat.decide: the storage observation written whole, no mocks."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+import pytest
+
+from functions.adapters.storage import StoredFile
+from functions.resources.rackai import LoRAAdapter
+from functions.stat import decide, listing_dir, observation
+
+NOW = datetime(2026, 3, 1, tzinfo=UTC)
+DIR = "/loraadapters/ns/llama/a/"
+T = "2026-01-01T00:00:00Z"
+M1 = "a" * 32
+
+
+def adapter(status: dict[str, Any] | None = None) -> LoRAAdapter:
+    body: dict[str, Any] = {
+        "metadata": {"name": "a", "namespace": "ns", "generation": 1},
+        "spec": {"model": "llama"},
+    }
+    if status is not None:
+        body["status"] = status
+    return LoRAAdapter.model_validate(body)
+
+
+ADMITTED = {
+    "type": "Ready",
+    "status": "Unknown",
+    "reason": "Admitted",
+    "message": "m",
+    "lastTransitionTime": T,
+    "observedGeneration": 1,
+}
+VERIFIED = {**ADMITTED, "status": "True", "reason": "IntegrityVerified"}
+BASE = {"conditions": [ADMITTED], "storageRef": {"path": DIR}, "observedGeneration": 1}
+
+
+@pytest.mark.parametrize(
+    ("before", "listing", "expected"),
+    [
+        pytest.param(
+            BASE,
+            [StoredFile(DIR + "w.safetensors", 2048, M1), StoredFile(DIR + "config.json", 100, None)],
+            {
+                **BASE,
+                "files": [
+                    {"path": DIR + "config.json", "size": 100},
+                    {"path": DIR + "w.safetensors", "size": 2048},
+                ],
+                "size": "2148",
+                "integrity": {
+                    "files": {
+                        DIR + "config.json": {"size": 100},
+                        DIR + "w.safetensors": {"md5": M1, "size": 2048},
+                    }
+                },
+                "phase": "Processing",
+                "ready": False,
+            },
+            id="two-files-one-without-md5",
+        ),
+        pytest.param(
+            BASE,
+            [StoredFile(DIR + "w", 1 << 20, M1)],
+            {
+                **BASE,
+                "files": [{"path": DIR + "w", "size": 1 << 20}],
+                "size": "1Mi",
+                "integrity": {"files": {DIR + "w": {"md5": M1, "size": 1 << 20}}},
+                "phase": "Processing",
+                "ready": False,
+            },
+            id="binary-si-size",
+        ),
+        pytest.param(
+            {
+                **BASE,
+                "files": [{"path": DIR + "w", "size": 1}],
+                "size": "1",
+                "integrity": {"files": {DIR + "w": {"md5": M1, "size": 1}}},
+                "phase": "Processing",
+                "ready": False,
+            },
+            [],
+            {**BASE, "size": "0", "phase": "Pending", "ready": False},
+            id="files-gone-removes-integrity",
+        ),
+        pytest.param(
+            {**BASE, "conditions": [VERIFIED], "uploadComplete": True, "usedBy": ["d"]},
+            [StoredFile(DIR + "w", 3, M1)],
+            {
+                **BASE,
+                "conditions": [VERIFIED],
+                "uploadComplete": True,
+                "usedBy": ["d"],
+                "files": [{"path": DIR + "w", "size": 3}],
+                "size": "3",
+                "integrity": {"files": {DIR + "w": {"md5": M1, "size": 3}}},
+                "phase": "Ready",
+                "ready": True,
+            },
+            id="keeps-other-fields",
+        ),
+        pytest.param(
+            None,
+            [],
+            {"size": "0", "phase": "Pending", "ready": False},
+            id="before-admit-empty",
+        ),
+    ],
+)
+def test_decide(before: dict[str, Any] | None, listing: list[StoredFile], expected: dict[str, Any]) -> None:
+    result = decide(adapter(before), listing, NOW).to_wire()
+    assert result == expected
+    # applying the same listing again changes nothing (duplicates are no-ops)
+    assert decide(adapter(result), listing, NOW).to_wire() == result
+
+
+@pytest.mark.parametrize(
+    ("status", "expected"),
+    [
+        pytest.param(None, DIR, id="computed"),
+        pytest.param({"storageRef": {"path": "/loraadapters/ns/llama/a"}}, DIR, id="from-status"),
+        pytest.param({"storageRef": {"path": "/etc/passwd"}}, DIR, id="bad-ref-ignored"),
+    ],
+)
+def test_listing_dir(status: dict[str, Any] | None, expected: str) -> None:
+    assert listing_dir(adapter(status)) == expected
+
+
+def test_listing_dir_none_for_impossible_model() -> None:
+    bad = LoRAAdapter.model_validate({"metadata": {"name": "a", "namespace": "ns"}, "spec": {"model": "X_Y"}})
+    assert listing_dir(bad) is None
+
+
+def test_observation_ignores_conditions() -> None:
+    assert observation({"files": [1], "conditions": [2]}) == {"files": [1], "size": None, "integrity": None}
