@@ -1,0 +1,183 @@
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from functions.logic.drift import Snapshot, drift
+
+MOUNT = "/mnt/sw"
+V1 = "rackai.rackspace.com/v1alpha1"
+V2 = "inference.rackai.rackspace.com/v1alpha1"
+ROOT = f"{MOUNT}/loraadapters/ns/m1/a1"
+
+
+def cond(type_: str, status: str = "True", reason: str = "R", gen: int = 1) -> dict[str, Any]:
+    return {"type": type_, "status": status, "reason": reason, "observedGeneration": gen}
+
+
+def a1(
+    ready: bool = True, used: list[str] | None = None, loaded: str | None = "True", **extra: Any
+) -> dict[str, Any]:
+    conditions = [cond("Ready", "True" if ready else "False", extra.pop("ready_reason", "IntegrityVerified"))]
+    if loaded:
+        conditions.append(cond("Loaded", loaded, extra.pop("loaded_reason", "Loaded")))
+    status: dict[str, Any] = {
+        "observedGeneration": 1,
+        "conditions": conditions,
+        "usedBy": ["d1"] if used is None else used,
+    }
+    status.update(extra.pop("status", {}))
+    return {
+        "apiVersion": V1,
+        "metadata": {"name": "a1", "namespace": "ns", "generation": 1, **extra},
+        "spec": {"model": "m1"},
+        "status": status,
+    }
+
+
+def d1(loras: list[str] | None = None) -> dict[str, Any]:
+    return {
+        "metadata": {"name": "d1", "namespace": "ns"},
+        "spec": {"model": "m1", "loraAdapters": loras or ["a1"]},
+    }
+
+
+def s1(available: bool = True, loaded: str = "True", **meta: Any) -> dict[str, Any]:
+    return {
+        "apiVersion": V2,
+        "metadata": {"name": "s1", "namespace": "ns", "generation": 1, **meta},
+        "spec": {"inferenceServiceRef": {"name": "svc"}, "name": "x", "path": "/p/x"},
+        "status": {
+            "conditions": [cond("Available", "True" if available else "False"), cond("Loaded", loaded)]
+        },
+    }
+
+
+SVC = {"metadata": {"name": "svc", "namespace": "ns"}, "spec": {"runtime": "sglang"}}
+FULL = {("ns", "d1"): {"p0": {"a1": ROOT}, "p1": {"a1": ROOT}}}
+
+
+@pytest.mark.parametrize(
+    ("snapshot", "expected"),
+    [
+        pytest.param(Snapshot(v1=[a1()], deployments=[d1()], md_pods=FULL), [], id="in-sync"),
+        pytest.param(
+            Snapshot(v1=[a1(status={"observedGeneration": None})]), [("a1", "admit")], id="never-admitted"
+        ),
+        pytest.param(
+            Snapshot(v1=[a1(generation=2)], deployments=[d1()], md_pods=FULL),
+            [("a1", "admit")],
+            id="new-generation",
+        ),
+        pytest.param(
+            Snapshot(v1=[a1(ready=False, loaded=None)], deployments=[d1()]), [("a1", "stat")], id="not-ready"
+        ),
+        pytest.param(
+            Snapshot(
+                v1=[a1(ready=False, loaded=None, ready_reason="IntegrityCheckFailed")], deployments=[d1()]
+            ),
+            [],
+            id="failed-not-statted",
+        ),
+        pytest.param(
+            Snapshot(v1=[a1()], deployments=[d1()], md_pods={("ns", "d1"): {"p0": {"a1": ROOT}, "p1": {}}}),
+            [("a1", "load")],
+            id="missing-in-pod",
+        ),
+        pytest.param(
+            Snapshot(v1=[a1()], deployments=[d1()], md_pods={("ns", "d1"): {"p0": {"a1": ROOT}, "p1": None}}),
+            [],
+            id="unreachable-pod-not-judged",
+        ),
+        pytest.param(
+            Snapshot(v1=[a1(used=[])], deployments=[d1()], md_pods=FULL), [("a1", "load")], id="usedby-stale"
+        ),
+        pytest.param(
+            Snapshot(v1=[a1(loaded="False")], deployments=[d1()], md_pods=FULL),
+            [("a1", "load")],
+            id="loaded-stale",
+        ),
+        pytest.param(
+            Snapshot(
+                v1=[a1(loaded="False", loaded_reason="RankTooHigh")],
+                deployments=[d1()],
+                md_pods={("ns", "d1"): {"p0": {}}},
+            ),
+            [],
+            id="rank-verdict-not-renudged",
+        ),
+        pytest.param(
+            Snapshot(v1=[a1(deletionTimestamp="t", finalizers=["loraflow.io/unload"])], deployments=[d1()]),
+            [("a1", "unload")],
+            id="deleting",
+        ),
+        pytest.param(
+            Snapshot(
+                v1=[a1(used=[])],
+                deployments=[d1(["other"])],
+                md_pods={("ns", "d1"): {"p0": {"a1": ROOT, "static": "/models/static"}}},
+            ),
+            [("a1", "unload")],
+            id="loaded-where-not-wanted-static-ignored",
+        ),
+        pytest.param(
+            Snapshot(
+                v1=[a1(used=[])],
+                deployments=[d1(["other"])],
+                md_pods={("ns", "d1"): {"p0": {"a1": "/models/a1"}}},
+            ),
+            [],
+            id="same-name-static-path-ignored",
+        ),
+        pytest.param(
+            Snapshot(v2=[s1()], services=[SVC], isvc_pods={("ns", "svc"): {"p": {"x": "/p/x"}}}),
+            [],
+            id="v2-in-sync",
+        ),
+        pytest.param(
+            Snapshot(v2=[s1()], services=[SVC], isvc_pods={("ns", "svc"): {"p": {}}}),
+            [("s1", "load")],
+            id="v2-missing",
+        ),
+        pytest.param(
+            Snapshot(
+                v2=[s1(available=False, loaded="False")],
+                services=[SVC],
+                isvc_pods={("ns", "svc"): {"p": {"x": "/p/x"}}},
+            ),
+            [("s1", "unload")],
+            id="v2-not-available-but-loaded",
+        ),
+        pytest.param(
+            Snapshot(v2=[{**s1(), "status": {}}], services=[SVC]), [("s1", "admit")], id="v2-never-admitted"
+        ),
+        pytest.param(
+            Snapshot(v2=[s1(deletionTimestamp="t", finalizers=["loraflow.io/unload"])], services=[SVC]),
+            [("s1", "unload")],
+            id="v2-deleting",
+        ),
+    ],
+)
+def test_drift(snapshot: Snapshot, expected: list[tuple[str, str]]) -> None:
+    assert [(n.name, n.step) for n in drift(snapshot, MOUNT)] == expected
+
+
+def test_one_nudge_per_adapter_and_step() -> None:
+    snapshot = Snapshot(
+        v1=[a1(used=[], loaded="False")], deployments=[d1()], md_pods={("ns", "d1"): {"p0": {}}}
+    )
+    nudges = drift(snapshot, MOUNT)
+    assert len(nudges) == 1 and "usedBy" in nudges[0].reason and "missing" in nudges[0].reason
+
+
+def test_scales_linearly() -> None:
+    adapters = [
+        {**a1(), "metadata": {"name": f"a{i}", "namespace": "ns", "generation": 1}} for i in range(3000)
+    ]
+    mds = [d1([f"a{i}" for i in range(3000)])]
+    for a in adapters:
+        a["status"]["usedBy"] = ["d1"]
+    listing = {f"a{i}": f"{MOUNT}/loraadapters/ns/m1/a{i}" for i in range(3000)}
+    pods = {("ns", "d1"): {f"p{i}": dict(listing) for i in range(20)}}
+    assert drift(Snapshot(v1=adapters, deployments=mds, md_pods=pods), MOUNT) == []
