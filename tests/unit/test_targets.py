@@ -26,8 +26,14 @@ def md(name: str = "d1", model: str = "m1", loras: list[str] | None = None, **me
     }
 
 
-def sg(name: str = "s1", lora: str = "x", isvc: str = "svc", ns: str | None = None, available: bool = True,
-       **meta: Any) -> dict[str, Any]:
+def sg(
+    name: str = "s1",
+    lora: str = "x",
+    isvc: str = "svc",
+    ns: str | None = None,
+    available: bool = True,
+    **meta: Any,
+) -> dict[str, Any]:
     ref: dict[str, Any] = {"name": isvc}
     if ns:
         ref["namespace"] = ns
