@@ -103,8 +103,8 @@ def decode_sqs_data(data: Any) -> Notification:
             return decode_event_notification(bytes(data))
         except ProtoDecodeError as err:
             errors.append(f"as raw protobuf bytes: {err}")
-        try:
-            data = bytes(data).decode("ascii")
+        try:  # a text transport: base64, or the latin-1/UTF-8 text of the bytes
+            data = bytes(data).decode("utf-8")
         except UnicodeDecodeError:
             raise Reject("aws-sqs data is not a protobuf EventNotification: " + "; ".join(errors)) from None
     if not isinstance(data, str):

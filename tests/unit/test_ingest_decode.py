@@ -142,3 +142,8 @@ def test_key_of() -> None:
     assert key_of(NOTE, None) == P
     with pytest.raises(Reject, match="no `key` extension"):
         key_of(Notification(old_entry=EntryInfo(name="w")), None)
+
+
+def test_decode_sqs_data_text_transport_of_latin1_body() -> None:
+    # what an HTTP text transport makes of the filer's string(bytes) SQS body
+    assert decode_sqs_data(sqs_body_from_bytes(RAW).encode("utf-8")) == NOTE

@@ -1,0 +1,235 @@
+"""admit over real HTTP (functions-framework app) against the Kubernetes API stand-in."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from cloudevents.http import CloudEvent, from_http
+
+from events.domain import ADAPTER_ADMITTED, ADAPTER_DRIFTED
+from functions.resources.kinds import INFERENCE_SERVICE, MODEL, SGLANG_ADAPTER, VLLM_ADAPTER, Kind
+from tests.functions.conftest import World
+
+MODES = [pytest.param(False, id="binary"), pytest.param(True, id="structured")]
+
+
+def reply_of(response: Any) -> CloudEvent:
+    assert response.status_code == 200, response.text
+    return from_http(dict(response.headers), response.content)
+
+
+def conditions(obj: dict[str, Any]) -> dict[str, tuple[str, str]]:
+    return {c["type"]: (c["status"], c["reason"]) for c in obj["status"]["conditions"]}
+
+
+def warnings(world: World, ns: str) -> list[str]:
+    return [e.reason for e in world.core.list_namespaced_event(ns).items if e.type == "Warning"]
+
+
+def adapter(world: World, ns: str, name: str = "a", **spec: Any) -> dict[str, Any]:
+    return world.create(VLLM_ADAPTER, ns, {"metadata": {"name": name}, "spec": {"model": "llama", **spec}})
+
+
+@pytest.mark.parametrize("structured", MODES)
+def test_first_admission_then_own_update_is_a_no_op(world: World, structured: bool) -> None:
+    ns = world.namespace()
+    world.create(MODEL, ns, {"metadata": {"name": "llama"}, "spec": {}})
+    created = adapter(world, ns)
+    event = reply_of(world.post("admit", world.apiserver_event("add", created), structured))
+    assert event["type"] == ADAPTER_ADMITTED
+    assert event["subject"] == VLLM_ADAPTER.path(ns, "a")
+    assert event.get_data() == {
+        "adapter": {"apiVersion": VLLM_ADAPTER.api_version, "namespace": ns, "name": "a"},
+        "generation": 1,
+    }
+    stored = world.get(VLLM_ADAPTER, ns, "a")
+    assert stored is not None
+    assert stored["metadata"]["finalizers"] == ["loraflow.io/unload"]
+    status = dict(stored["status"])
+    (ready,) = status.pop("conditions")
+    assert status == {
+        "storageRef": {"path": f"/loraadapters/{ns}/llama/a/"},
+        "observedGeneration": 1,
+        "phase": "Pending",
+        "ready": False,
+    }
+    assert (ready["type"], ready["status"], ready["reason"], ready["observedGeneration"]) == (
+        "Ready",
+        "Unknown",
+        "Admitted",
+        1,
+    )
+    # our own writes come back as update events: they must end in 204, or the flow loops
+    for _ in range(2):
+        again = world.post("admit", world.apiserver_event("update", stored), structured)
+        assert again.status_code == 204, again.text
+    assert world.get(VLLM_ADAPTER, ns, "a") == stored
+
+
+def test_missing_model_then_model_appears(world: World) -> None:
+    ns = world.namespace()
+    created = adapter(world, ns)
+    reply_of(world.post("admit", world.apiserver_event("add", created)))
+    stored = world.get(VLLM_ADAPTER, ns, "a")
+    assert stored is not None
+    assert conditions(stored) == {"Ready": ("False", "ModelNotFound")}
+    assert stored["status"]["phase"] == "Failed"
+    assert stored["status"]["ready"] is False
+    assert "ModelNotFound" in warnings(world, ns)
+    # a duplicate does not record a second Event
+    assert world.post("admit", world.apiserver_event("update", stored)).status_code == 204
+    assert warnings(world, ns).count("ModelNotFound") == 1
+
+    world.create(MODEL, ns, {"metadata": {"name": "llama"}, "spec": {}})
+    nudge = world.event(
+        ADAPTER_DRIFTED,
+        world.adapter_data(VLLM_ADAPTER, ns, "a", step="admit", reason="resync"),
+        loraflowstep="admit",
+    )
+    reply_of(world.post("admit", nudge, structured=True))
+    stored = world.get(VLLM_ADAPTER, ns, "a")
+    assert stored is not None
+    assert conditions(stored) == {"Ready": ("Unknown", "Admitted")}
+    assert stored["status"]["phase"] == "Pending"
+
+
+def test_integrity_key_outside_the_adapter(world: World) -> None:
+    ns = world.namespace()
+    world.create(MODEL, ns, {"metadata": {"name": "llama"}, "spec": {}})
+    inside = f"/loraadapters/{ns}/llama/a/w.safetensors"
+    outside = f"/loraadapters/{ns}/llama/b/w.safetensors"
+    created = adapter(world, ns, integrity={"md5": {inside: "0" * 32, outside: "1" * 32}})
+    reply_of(world.post("admit", world.apiserver_event("add", created)))
+    stored = world.get(VLLM_ADAPTER, ns, "a")
+    assert stored is not None
+    assert conditions(stored) == {"Ready": ("False", "IntegrityPathOutsideAdapter")}
+    (ready,) = stored["status"]["conditions"]
+    assert outside in ready["message"] and inside not in ready["message"]
+    assert stored["status"]["phase"] == "Failed"
+
+
+def sglang(world: World, ns: str, isvc_ns: str | None = None) -> dict[str, Any]:
+    ref: dict[str, Any] = {"name": "isvc"}
+    if isvc_ns:
+        ref["namespace"] = isvc_ns
+    return world.create(
+        SGLANG_ADAPTER,
+        ns,
+        {
+            "metadata": {"name": "s"},
+            "spec": {"inferenceServiceRef": ref, "name": "handle", "path": "/models/s"},
+        },
+    )
+
+
+def isvc(world: World, ns: str, runtime: str) -> None:
+    world.create(INFERENCE_SERVICE, ns, {"metadata": {"name": "isvc"}, "spec": {"runtime": runtime}})
+
+
+@pytest.mark.parametrize("structured", MODES)
+def test_sglang_available(world: World, structured: bool) -> None:
+    ns = world.namespace()
+    isvc(world, ns, "sglang")
+    created = sglang(world, ns)
+    event = reply_of(world.post("admit", world.apiserver_event("add", created), structured))
+    assert event.get_data()["adapter"]["apiVersion"] == SGLANG_ADAPTER.api_version
+    stored = world.get(SGLANG_ADAPTER, ns, "s")
+    assert stored is not None
+    assert stored["metadata"]["finalizers"] == ["loraflow.io/unload"]
+    assert conditions(stored) == {
+        "Available": ("True", "InferenceServiceReady"),
+        "Error": ("False", "NoError"),
+    }
+    assert set(stored["status"]) == {"conditions"}
+    assert world.post("admit", world.apiserver_event("update", stored)).status_code == 204
+
+
+def test_sglang_target_missing_in_other_namespace(world: World) -> None:
+    ns, other = world.namespace(), world.namespace()
+    isvc(world, ns, "sglang")  # same name, wrong namespace
+    created = sglang(world, ns, isvc_ns=other)
+    reply_of(world.post("admit", world.apiserver_event("add", created)))
+    stored = world.get(SGLANG_ADAPTER, ns, "s")
+    assert stored is not None
+    assert conditions(stored) == {
+        "Available": ("False", "InferenceServiceNotFound"),
+        "Error": ("True", "InferenceServiceNotFound"),
+    }
+
+
+def test_sglang_runtime_mismatch_then_fixed(world: World) -> None:
+    ns = world.namespace()
+    isvc(world, ns, "vllm")
+    created = sglang(world, ns)
+    reply_of(world.post("admit", world.apiserver_event("add", created)))
+    stored = world.get(SGLANG_ADAPTER, ns, "s")
+    assert stored is not None
+    assert conditions(stored) == {
+        "Available": ("False", "RuntimeMismatch"),
+        "Error": ("True", "RuntimeMismatch"),
+    }
+    available = next(c for c in stored["status"]["conditions"] if c["type"] == "Available")
+    assert "'vllm'" in available["message"]
+    assert warnings(world, ns) == ["RuntimeMismatch"]
+
+    world.patch(INFERENCE_SERVICE, ns, "isvc", {"spec": {"runtime": "sglang"}})
+    nudge = world.event(
+        ADAPTER_DRIFTED,
+        world.adapter_data(SGLANG_ADAPTER, ns, "s", step="admit", reason="resync"),
+        loraflowstep="admit",
+    )
+    reply_of(world.post("admit", nudge))
+    stored = world.get(SGLANG_ADAPTER, ns, "s")
+    assert stored is not None
+    assert conditions(stored) == {
+        "Available": ("True", "InferenceServiceReady"),
+        "Error": ("False", "NoError"),
+    }
+
+
+def test_deleting_object_and_other_kinds_are_ignored(world: World) -> None:
+    ns = world.namespace()
+    world.create(MODEL, ns, {"metadata": {"name": "llama"}, "spec": {}})
+    created = adapter(world, ns, name="gone")
+    reply_of(world.post("admit", world.apiserver_event("add", created)))
+    world.custom.delete_namespaced_custom_object(
+        VLLM_ADAPTER.group, VLLM_ADAPTER.version, ns, VLLM_ADAPTER.plural, "gone"
+    )
+    deleting = world.get(VLLM_ADAPTER, ns, "gone")
+    assert deleting is not None and deleting["metadata"].get("deletionTimestamp")
+    assert world.post("admit", world.apiserver_event("update", deleting)).status_code == 204
+    # a stale add event of the object (without deletionTimestamp): re-read says deleting -> 204
+    assert world.post("admit", world.apiserver_event("add", created)).status_code == 204
+    model = world.get(MODEL, ns, "llama")
+    assert model is not None
+    assert world.post("admit", world.apiserver_event("update", model)).status_code == 204
+
+
+def test_bad_events_are_rejected(world: World) -> None:
+    bad = world.apiserver_event(
+        "add",
+        {
+            "apiVersion": VLLM_ADAPTER.api_version,
+            "kind": "LoRAAdapter",
+            "metadata": {"name": "../x", "namespace": "ns"},
+        },
+    )
+    response = world.post("admit", bad)
+    assert response.status_code == 400 and "'../x'" in response.text
+    wrong = world.event("io.loraflow.adapter.ready.v1", {})
+    assert world.post("admit", wrong).status_code == 400
+
+
+def test_conflict_on_status_write_is_retried(world: World) -> None:
+    ns = world.namespace()
+    world.create(MODEL, ns, {"metadata": {"name": "llama"}, "spec": {}})
+    created = adapter(world, ns)
+    world.kube.inject(409, times=2, verb="patch", resource="loraadapters/status")
+    try:
+        reply_of(world.post("admit", world.apiserver_event("add", created)))
+    finally:
+        world.kube.clear_faults()
+    stored = world.get(VLLM_ADAPTER, ns, "a")
+    assert stored is not None
+    assert conditions(stored) == {"Ready": ("Unknown", "Admitted")}
