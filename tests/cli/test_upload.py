@@ -1,0 +1,192 @@
+"""`loraflow upload` against the filer and Kubernetes stand-ins."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from cli.conftest import Stack
+from functions.resources.kinds import VLLM_ADAPTER
+from loraflow.upload import md5_of, stored_md5s
+
+MODEL = "llama3-8b"
+
+
+def make_adapter(directory: Path) -> dict[str, bytes]:
+    files = {
+        "adapter_config.json": b'{"peft_type": "LORA", "r": 8, "target_modules": ["q_proj"]}',
+        "adapter_model.safetensors": os.urandom(3 * (1 << 20) + 17),  # several read chunks
+        "tokenizer/special_tokens_map.json": b"{}",
+    }
+    for relpath, content in files.items():
+        target = directory / relpath
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes(content)
+    return files
+
+
+def md5(content: bytes) -> str:
+    return hashlib.md5(content, usedforsecurity=False).hexdigest()
+
+
+def get_adapter(stack: Stack, namespace: str, name: str) -> dict[str, object]:
+    found: dict[str, object] = stack.custom.get_namespaced_custom_object(
+        VLLM_ADAPTER.group, VLLM_ADAPTER.version, namespace, VLLM_ADAPTER.plural, name
+    )
+    return found
+
+
+def integrity(stack: Stack, namespace: str, name: str) -> dict[str, str]:
+    spec = get_adapter(stack, namespace, name)["spec"]
+    assert isinstance(spec, dict)
+    result: dict[str, str] = spec["integrity"]["md5"]
+    return result
+
+
+def upload(stack: Stack, directory: Path, namespace: str, name: str) -> int:
+    return stack.run("upload", str(directory), "--model", MODEL, "--name", name, "--namespace", namespace)
+
+
+def test_upload_stores_files_and_declares_integrity(
+    stack: Stack, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    namespace = stack.namespace()
+    files = make_adapter(tmp_path)
+
+    assert upload(stack, tmp_path, namespace, "finance") == 0
+
+    prefix = f"/loraadapters/{namespace}/{MODEL}/finance/"
+    expected = {prefix + rel: md5(content) for rel, content in files.items()}
+    adapter = get_adapter(stack, namespace, "finance")
+    assert adapter["spec"] == {"model": MODEL, "integrity": {"md5": expected}}
+    for path, digest in expected.items():
+        entry = stack.filer.entry(path)
+        assert entry is not None
+        assert base64.b64decode(entry["Md5"]).hex() == digest
+        assert entry["FileSize"] == len(files[path.removeprefix(prefix)])
+    out = capsys.readouterr().out
+    assert [line.split()[0] for line in out.splitlines()[:3]] == ["uploaded"] * 3
+    assert "3 uploaded" in out
+    assert f"LoRAAdapter {namespace}/finance created" in out
+
+
+def test_reupload_skips_unchanged_and_sends_only_a_changed_file(
+    stack: Stack, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    namespace = stack.namespace()
+    files = make_adapter(tmp_path)
+    assert upload(stack, tmp_path, namespace, "support") == 0
+    prefix = f"/loraadapters/{namespace}/{MODEL}/support/"
+    mtimes = {rel: stack.filer.entry(prefix + rel)["Mtime"] for rel in files}  # type: ignore[index]
+    capsys.readouterr()
+
+    assert upload(stack, tmp_path, namespace, "support") == 0
+    out = capsys.readouterr().out
+    assert sum(line.startswith("skipped (unchanged)") for line in out.splitlines()) == 3
+    assert "0 uploaded" in out
+    assert f"LoRAAdapter {namespace}/support updated" in out
+
+    (tmp_path / "adapter_config.json").write_bytes(b'{"peft_type": "LORA", "r": 16}')
+    assert upload(stack, tmp_path, namespace, "support") == 0
+    out = capsys.readouterr().out
+    assert f"uploaded             {prefix}adapter_config.json" in out
+    assert "1 uploaded" in out and "2 skipped (unchanged)" in out
+    assert integrity(stack, namespace, "support")[prefix + "adapter_config.json"] == md5(
+        b'{"peft_type": "LORA", "r": 16}'
+    )
+    for rel in ("adapter_model.safetensors", "tokenizer/special_tokens_map.json"):
+        assert stack.filer.entry(prefix + rel)["Mtime"] == mtimes[rel]  # type: ignore[index]
+
+
+def test_reupload_drops_integrity_of_files_no_longer_uploaded(stack: Stack, tmp_path: Path) -> None:
+    namespace = stack.namespace()
+    make_adapter(tmp_path)
+    assert upload(stack, tmp_path, namespace, "slim") == 0
+    (tmp_path / "tokenizer" / "special_tokens_map.json").unlink()
+
+    assert upload(stack, tmp_path, namespace, "slim") == 0
+
+    prefix = f"/loraadapters/{namespace}/{MODEL}/slim/"
+    assert sorted(integrity(stack, namespace, "slim")) == [
+        prefix + "adapter_config.json",
+        prefix + "adapter_model.safetensors",
+    ]
+
+
+def test_a_stored_file_without_md5_is_uploaded_again(
+    stack: Stack, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    namespace = stack.namespace()
+    make_adapter(tmp_path)
+    assert upload(stack, tmp_path, namespace, "nomd5") == 0
+    path = f"/loraadapters/{namespace}/{MODEL}/nomd5/adapter_config.json"
+    stack.filer.set_md5_missing(path)
+    capsys.readouterr()
+
+    assert upload(stack, tmp_path, namespace, "nomd5") == 0
+
+    assert f"uploaded             {path}" in capsys.readouterr().out
+
+
+def test_listing_is_paginated(stack: Stack, tmp_path: Path) -> None:
+    directory = f"/loraadapters/pages/{MODEL}/many/"
+    expected = {}
+    for index in range(7):
+        content = f"file {index}".encode()
+        stack.filer.put_file(f"{directory}f{index}.bin", content)
+        expected[f"{directory}f{index}.bin"] = md5(content)
+
+    assert stored_md5s(stack.filer.url, directory, page_size=2) == expected
+
+
+def test_md5_of_streams_in_chunks(tmp_path: Path) -> None:
+    content = os.urandom((1 << 20) * 2 + 5)
+    (tmp_path / "big").write_bytes(content)
+    seen: list[int] = []
+
+    assert md5_of(tmp_path / "big", seen.append) == md5(content)
+    assert max(seen) <= 1 << 20 and sum(seen) == len(content)
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--filer-url", "http://127.0.0.1:9"], "cannot list"),
+        (["--name", "Not_A_Name"], "is not a DNS subdomain"),
+    ],
+)
+def test_expected_failures_exit_1_with_a_clear_message(
+    stack: Stack, tmp_path: Path, capsys: pytest.CaptureFixture[str], argv: list[str], message: str
+) -> None:
+    make_adapter(tmp_path)
+    base = ["upload", str(tmp_path), "--model", MODEL, "--namespace", "default"]
+    if "--name" not in argv:
+        base += ["--name", "x"]
+
+    assert stack.run(*base, *argv) == 1
+
+    err = capsys.readouterr().err
+    assert message in err and "Traceback" not in err
+
+
+def test_missing_directory_and_unreachable_cluster(
+    stack: Stack, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert stack.run("upload", str(tmp_path / "nope"), "--model", MODEL, "--name", "x") == 1
+    assert "is not a directory" in capsys.readouterr().err
+
+    make_adapter(tmp_path)
+    broken = tmp_path / "endpoints.json"
+    kube = {"url": "http://127.0.0.1:9", "token": "t"}
+    broken.write_text(json.dumps({"kubernetes": kube, "filer": {"url": stack.filer.url}}))
+    argv = ["upload", str(tmp_path), "--model", MODEL, "--name", "offline", "--endpoints", str(broken)]
+    from loraflow.cli import main
+
+    assert main(argv) == 1
+    err = capsys.readouterr().err
+    assert "cannot reach the Kubernetes API" in err and "Traceback" not in err
