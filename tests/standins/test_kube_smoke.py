@@ -1,0 +1,54 @@
+"""Start/stop, discovery and create/get through the real kubernetes client."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kubernetes import client
+
+from devstack.kube import KubeServer
+
+GROUP, VERSION, PLURAL = "rackai.rackspace.com", "v1alpha1", "loraadapters"
+
+
+def test_starts_fast_and_stops_without_leaks(fixture_dirs: tuple[Path, Path],
+                                             make_adapter: Callable[..., dict[str, Any]]) -> None:
+    before = set(threading.enumerate())
+    started = time.monotonic()
+    server = KubeServer(crd_dir=fixture_dirs[0], rbac_dir=fixture_dirs[1]).start()
+    assert time.monotonic() - started < 1.0
+    assert server.url.startswith("http://127.0.0.1:")
+    with client.ApiClient(server.client_configuration()) as api:
+        custom = client.CustomObjectsApi(api)
+        custom.create_namespaced_custom_object(GROUP, VERSION, "default", PLURAL,
+                                               make_adapter("a"))
+        watcher = threading.Thread(target=lambda: _watch_quietly(custom))
+        watcher.start()
+        time.sleep(0.2)
+        server.stop()
+        watcher.join(timeout=5)
+    assert not watcher.is_alive()
+    assert set(threading.enumerate()) - before == set()
+
+
+def _watch_quietly(custom: client.CustomObjectsApi) -> None:
+    response = custom.list_namespaced_custom_object(GROUP, VERSION, "default", PLURAL,
+                                                    watch=True, _preload_content=False)
+    with pytest.raises(Exception):  # noqa: B017 - the server going away ends the stream
+        for _line in response.stream():
+            pass
+        raise RuntimeError("stream ended")
+
+
+def test_create_get(custom: client.CustomObjectsApi,
+                    make_adapter: Callable[..., dict[str, Any]]) -> None:
+    created = custom.create_namespaced_custom_object(GROUP, VERSION, "default", PLURAL,
+                                                     make_adapter("a1"))
+    assert created["metadata"]["generation"] == 1
+    got = custom.get_namespaced_custom_object(GROUP, VERSION, "default", PLURAL, "a1")
+    assert got["metadata"]["uid"] == created["metadata"]["uid"]
