@@ -108,6 +108,8 @@ def _targets(event: CloudEvent) -> list[tuple[str, str, str | None]]:
         path = event.get("subject")
     if not isinstance(path, str):
         raise Reject("file.changed names no path (data.path or subject)")
+    if any(code in path.lower() for code in ("%2e", "%2f", "%5c", "%00")):
+        raise Reject(f"path {path!r} contains percent-encoded dots, slashes or NUL")
     check_storage_path(path)
     changed = _edge.data_as(event, FileChanged)
     out: list[tuple[str, str, str | None]] = []

@@ -8,7 +8,7 @@ import pytest
 from cloudevents.http import CloudEvent, from_http
 
 from events.domain import ADAPTER_ADMITTED, ADAPTER_DRIFTED
-from functions.resources.kinds import INFERENCE_SERVICE, MODEL, SGLANG_ADAPTER, VLLM_ADAPTER, Kind
+from functions.resources.kinds import INFERENCE_SERVICE, MODEL, SGLANG_ADAPTER, VLLM_ADAPTER
 from tests.functions.conftest import World
 
 MODES = [pytest.param(False, id="binary"), pytest.param(True, id="structured")]
