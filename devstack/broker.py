@@ -204,7 +204,7 @@ class Broker:
         self.counters = Counters()
         self.log = EventLog()
         self._workers = workers
-        self._routes = [(t, resolve(t.subscriber)) for t in self.triggers]
+        self._routes: list[tuple[Trigger, str]] = []
         self._lock = threading.Condition()
         self._busy = 0
         self._last_activity = time.monotonic()
@@ -222,6 +222,8 @@ class Broker:
         return f"http://{host!s}:{port}/"
 
     def start(self) -> Broker:
+        """Resolve every subscriber (a Destination that cannot be resolved fails here), serve."""
+        self._routes = [(t, self.resolve(t.subscriber)) for t in self.triggers]
         self._scheduler = _Scheduler(self._workers)
         self._thread = threading.Thread(
             target=self._server.serve_forever, kwargs={"poll_interval": 0.05}, name="broker-http", daemon=True
@@ -230,10 +232,10 @@ class Broker:
         return self
 
     def stop(self) -> None:
-        self._server.shutdown()
-        self._server.server_close()
         if self._thread is not None:
+            self._server.shutdown()
             self._thread.join(timeout=5)
+        self._server.server_close()
         if self._scheduler is not None:
             self._scheduler.close()
         self._http.close()
@@ -446,6 +448,41 @@ def parse_request(headers: Mapping[str, str], body: bytes) -> CloudEvent:
         if not event.get(required):
             raise InvalidEvent(f"missing CloudEvent attribute {required!r}")
     return event
+
+
+# -- the sources' side ---------------------------------------------------------------------------------
+class BrokerClient:
+    """How a source adapter sends to its sink: binary mode, retried on failure with exponential
+    backoff from 50 ms, 5 times (ApiServerSource adapter send retries)."""
+
+    def __init__(self, url: str, retries: int = 5, backoff_s: float = 0.05, timeout_s: float = 10.0) -> None:
+        self.url = url
+        self.retries = retries
+        self.backoff_s = backoff_s
+        self._http = httpx.Client(timeout=timeout_s)
+        self._closed = threading.Event()
+
+    def send(self, event: CloudEvent) -> bool:
+        headers, body = to_binary(event)
+        for attempt in range(self.retries + 1):
+            try:
+                status = self._http.post(self.url, headers=headers, content=body).status_code
+            except httpx.HTTPError as err:
+                status, error = 0, str(err)
+            else:
+                error = f"HTTP {status}"
+                if 200 <= status < 300:
+                    return True
+                if 400 <= status < 500 and status not in RETRIED_STATUSES:
+                    break
+            if self._closed.wait(self.backoff_s * 2**attempt):
+                break
+        log.warning("could not send %s to %s: %s", event["type"], self.url, error)
+        return False
+
+    def close(self) -> None:
+        self._closed.set()
+        self._http.close()
 
 
 # -- HTTP -----------------------------------------------------------------------------------------------
