@@ -133,7 +133,8 @@ def data_as(event: CloudEvent, model: type[P]) -> P:
 def reply(
     type_: str, function: str, subject: str, data: BaseModel, extensions: dict[str, str] | None = None
 ) -> CloudEvent:
-    """Our outgoing event: JSON data by alias, source `/loraflow/<function>`."""
+    """Our outgoing event: JSON data by alias (unset optionals omitted, as the samples show),
+    source `/loraflow/<function>`."""
     attributes = {
         "type": type_,
         "source": f"/loraflow/{function}",
@@ -142,7 +143,7 @@ def reply(
         "datacontenttype": "application/json",
         **(extensions or {}),
     }
-    return CloudEvent(attributes, data.model_dump(mode="json", by_alias=True))
+    return CloudEvent(attributes, data.model_dump(mode="json", by_alias=True, exclude_none=True))
 
 
 # -- the function wrapper --------------------------------------------------------------------
