@@ -1,0 +1,117 @@
+"""JSON log lines: one object per line with the CloudEvent context, credentials redacted."""
+
+from __future__ import annotations
+
+import io
+import json
+import logging
+from collections.abc import Iterator
+
+import flask
+import pytest
+from cloudevents.conversion import to_binary
+from cloudevents.http import CloudEvent
+
+from functions import _edge
+from functions.errors import Retryable
+from functions.observability import JsonFormatter
+
+TRACEPARENT = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+
+
+@pytest.fixture
+def lines() -> Iterator[io.StringIO]:
+    """Capture the `loraflow` logger's output through the production formatter."""
+    stream = io.StringIO()
+    handler = logging.StreamHandler(stream)
+    handler.setFormatter(JsonFormatter())
+    logger = logging.getLogger("loraflow")
+    saved = logger.level
+    logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
+    try:
+        yield stream
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(saved)
+
+
+def records(stream: io.StringIO) -> list[dict[str, object]]:
+    return [json.loads(line) for line in stream.getvalue().splitlines() if line.strip()]
+
+
+def call(view: object, event: CloudEvent) -> flask.Response:
+    headers, body = to_binary(event)
+    app = flask.Flask("t")
+    with app.test_request_context("/", method="POST", headers=headers, data=body):
+        response: flask.Response = view(flask.request)  # type: ignore[operator]
+    return response
+
+
+def event(**extra: str) -> CloudEvent:
+    attributes = {
+        "type": "io.loraflow.test.v1",
+        "source": "/tests",
+        "id": "evt-1",
+        "subject": "/apis/x/namespaces/ns/loraadapters/a",
+        "traceparent": TRACEPARENT,
+        **extra,
+    }
+    return CloudEvent(attributes, {"k": "v"})
+
+
+def test_handled_event_line_carries_the_cloudevent_context(lines: io.StringIO) -> None:
+    view = _edge.function("logtest_ok", ["io.loraflow.test.v1"], lambda e, d: None)
+
+    assert call(view, event()).status_code == 204
+
+    (line,) = [r for r in records(lines) if r.get("function") == "logtest_ok"]
+    assert line["msg"] == "Handled event" and line["level"] == "info"
+    assert line["ce_id"] == "evt-1"
+    assert line["ce_type"] == "io.loraflow.test.v1"
+    assert line["ce_subject"] == "/apis/x/namespaces/ns/loraadapters/a"
+    assert line["traceparent"] == TRACEPARENT
+    assert line["outcome"] == "done" and line["status"] == 204
+    assert isinstance(line["duration_ms"], float)
+
+
+def test_retry_is_logged_as_warning_with_the_detail(lines: io.StringIO) -> None:
+    def handle(e: CloudEvent, d: object) -> None:
+        raise Retryable("filer unavailable")
+
+    view = _edge.function("logtest_retry", ["io.loraflow.test.v1"], handle)
+
+    assert call(view, event()).status_code == 503
+
+    (line,) = [r for r in records(lines) if r.get("function") == "logtest_retry"]
+    assert line["level"] == "warning" and line["outcome"] == "retry"
+    assert line["detail"] == "filer unavailable" and line["ce_id"] == "evt-1"
+
+
+def test_token_like_fields_are_redacted(lines: io.StringIO) -> None:
+    log = logging.getLogger("loraflow.test")
+    log.info(
+        "calling",
+        extra={"webhook_token": "s3cr3t", "Authorization": "Bearer abc", "aws_secret": "x", "path": "/a"},
+    )
+
+    (line,) = records(lines)
+    assert line["webhook_token"] == "[redacted]"
+    assert line["Authorization"] == "[redacted]"
+    assert line["aws_secret"] == "[redacted]"
+    assert line["path"] == "/a"
+    assert "s3cr3t" not in lines.getvalue() and "Bearer abc" not in lines.getvalue()
+
+
+def test_every_line_is_one_json_object(lines: io.StringIO) -> None:
+    log = logging.getLogger("loraflow.test")
+    log.info("multi\nline message", extra={"n": 1})
+    try:
+        raise ValueError("boom")
+    except ValueError:
+        log.exception("crashed")
+
+    parsed = records(lines)
+    assert len(lines.getvalue().splitlines()) == len(parsed) == 2
+    assert parsed[0]["msg"] == "multi\nline message"
+    assert "ValueError: boom" in str(parsed[1]["exc"])
