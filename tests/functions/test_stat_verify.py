@@ -71,7 +71,9 @@ def test_wrong_md5_fails_then_fixing_the_file_makes_it_ready(world: World) -> No
             "type": "Ready",
             "status": "False",
             "reason": "IntegrityCheckFailed",
-            "message": f"MD5 mismatch for 1 file(s): {weights} (expected {md5(WEIGHTS)}, observed {md5(wrong)})",
+            "message": (
+                f"MD5 mismatch for 1 file(s): {weights} (expected {md5(WEIGHTS)}, observed {md5(wrong)})"
+            ),
             "observedGeneration": 1,
         }
     ]
