@@ -114,7 +114,7 @@ class KubeServer:
 
     def client_configuration(self, token: str | None = None) -> Any:
         """A `kubernetes.client.Configuration` for this server (bearer token, admin default)."""
-        from kubernetes import client  # noqa: PLC0415 - only the users of this helper need it
+        from kubernetes import client  # imported lazily: only users of this helper need it
 
         configuration = client.Configuration()
         configuration.host = self.url
