@@ -1,0 +1,86 @@
+"""The CLI against the whole embedded stack (devstack.stack.Stack): upload -> Ready -> Loaded,
+through the filer notifications, the broker, the Triggers and every function."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from devstack.stack import Stack
+from functions.resources.kinds import MODEL, MODEL_DEPLOYMENT, VLLM_ADAPTER, Kind
+from loraflow.cli import main
+
+MODEL_NAME = "llama3-8b"
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Stack, Path]]:
+    base = tmp_path_factory.mktemp("fullstack")
+    with Stack(base / "stack", ping_period=None) as running:
+        endpoints = base / "endpoints.json"
+        endpoints.write_text(json.dumps(running.endpoints()))
+        yield running, endpoints
+
+
+def create(stack: Stack, kind: Kind, namespace: str, name: str, spec: dict[str, Any]) -> None:
+    body = {"apiVersion": kind.api_version, "kind": kind.kind, "metadata": {"name": name}, "spec": spec}
+    stack.custom.create_namespaced_custom_object(kind.group, kind.version, namespace, kind.plural, body)
+
+
+def eventually(check: Callable[[], bool], timeout: float = 30.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if check():
+            return True
+        time.sleep(0.1)
+    return check()
+
+
+def adapter_status(stack: Stack, namespace: str, name: str) -> dict[str, Any]:
+    found = stack.custom.get_namespaced_custom_object(
+        VLLM_ADAPTER.group, VLLM_ADAPTER.version, namespace, VLLM_ADAPTER.plural, name
+    )
+    status: dict[str, Any] = found.get("status") or {}
+    return status
+
+
+def test_upload_makes_the_adapter_ready_and_loaded(
+    stack: tuple[Stack, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    running, endpoints = stack
+    namespace = "cli-e2e"
+    running.core.create_namespace({"metadata": {"name": namespace}})
+    create(running, MODEL, namespace, MODEL_NAME, {})
+    spec = {"model": MODEL_NAME, "replicas": 2, "loraAdapters": ["finance"]}
+    create(running, MODEL_DEPLOYMENT, namespace, "llama", spec)
+    (tmp_path / "adapter_config.json").write_text(
+        '{"peft_type": "LORA", "r": 8, "target_modules": ["q_proj"]}'
+    )
+    (tmp_path / "adapter_model.safetensors").write_bytes(b"\x00" * 4096)
+    argv = ["upload", str(tmp_path), "--model", MODEL_NAME, "--name", "finance", "-n", namespace]
+
+    assert main([*argv, "--endpoints", str(endpoints)]) == 0
+
+    assert eventually(lambda: adapter_status(running, namespace, "finance").get("ready") is True), (
+        adapter_status(running, namespace, "finance")
+    )
+    assert eventually(lambda: adapter_status(running, namespace, "finance").get("usedBy") == ["llama"])
+    running.settle()
+    capsys.readouterr()
+
+    assert main(["status", "-n", namespace, "--endpoints", str(endpoints)]) == 0
+    out = capsys.readouterr().out
+    (row,) = [line for line in out.splitlines() if line.startswith("finance ") and "Ready" in line.split()]
+    assert {"true", MODEL_NAME, "llama", "2/2"} <= set(row.split())
+    pods = [line for line in out.splitlines() if line.split()[-1:] == ["loaded"]]
+    assert len(pods) == 2
+
+    assert main(["events", "--endpoints", str(endpoints)]) == 0
+    out = capsys.readouterr().out
+    for type_ in ("adapter.admitted", "file.changed", "adapter.ready", "adapter.loaded"):
+        assert f"io.loraflow.{type_}.v1" in out, type_
