@@ -213,10 +213,13 @@ class Demo:
         self.timings: list[tuple[str, float]] = []
         self._live: Live | None = None
         self._step = ""
+        self._started = time.monotonic()
 
     # -- plumbing -----------------------------------------------------------------------------------------
     def say(self, message: str) -> None:
-        (self._live.console if self._live else self.console).print(f"  [green]✓[/] {message}")
+        elapsed = time.monotonic() - self._started
+        console = self._live.console if self._live else self.console
+        console.print(f"  [green]✓[/] [dim]{elapsed:6.2f}s[/] {message}")
 
     @contextmanager
     def step(self, title: str) -> Iterator[None]:
@@ -294,6 +297,7 @@ class Demo:
                 self.say(f"LoRAAdapter {adapter.name} created: model {MODEL_NAME}, rank {adapter.rank}{note}")
             else:
                 path = self._seed2_dir(adapter)
+                self.write_seed2(adapter, files[adapter.name])
                 self.cluster.create(
                     SGLANG_ADAPTER,
                     adapter.name,
@@ -325,20 +329,24 @@ class Demo:
             "integrity": {"md5": md5},
         }
 
+    def write_seed2(self, adapter: Adapter, files: dict[str, bytes]) -> None:
+        """Seed 2 has no storage step: its files are already at spec.path in the pods' volume."""
+        directory = self._seed2_dir(adapter)
+        directory.mkdir(parents=True, exist_ok=True)
+        for name, content in files.items():
+            (directory / name).write_bytes(content)
+        self.say(
+            f"{adapter.name}: adapter_config.json + weights placed at spec.path (the SGLang pods' volume)"
+        )
+
     def upload(self, files: dict[str, dict[str, bytes]]) -> None:
         for adapter in ADAPTERS:
-            if adapter.kind is VLLM_ADAPTER:
+            if adapter.kind is VLLM_ADAPTER:  # seed 2 needs no upload
                 for name, content in files[adapter.name].items():
                     digest = self.cluster.upload(self._seed1_dir(adapter) + name, content)
                     self.say(
                         f"uploaded {self._seed1_dir(adapter)}{name} ({len(content)} B, md5 {digest[:8]}…)"
                     )
-            else:
-                directory = self._seed2_dir(adapter)
-                directory.mkdir(parents=True, exist_ok=True)
-                for name, content in files[adapter.name].items():
-                    (directory / name).write_bytes(content)
-                self.say(f"wrote {directory}/adapter_config.json (inside the SGLang pods' volume)")
 
     def converge(self) -> None:
         good = [a for a in ADAPTERS if not a.corrupt]

@@ -21,6 +21,7 @@ import os
 import secrets
 import shutil
 import tempfile
+import threading
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal
@@ -46,6 +47,13 @@ FUNCTION_SERVICE_PREFIX = "loraflow-"
 DEAD_LETTER_SERVICE = "loraflow-dead-letters"
 QUEUE_NAME = "seaweedfs-notifications"
 AWS = {"region_name": "us-east-1", "aws_access_key_id": "testing", "aws_secret_access_key": "testing"}
+
+
+def _quietly(stopper: Callable[[], None]) -> None:
+    try:
+        stopper()
+    except Exception:
+        log.exception("stopping %s failed", stopper)
 
 
 def service_account_user(manifest: Mapping[str, Any], default_namespace: str) -> str:
@@ -83,7 +91,7 @@ class Stack:
         self.manifests = [dict(m) for m in manifests] if manifests is not None else render(knative_dir)
         self.function_env = dict(function_env or {})
         self.webhook_token = secrets.token_hex(16)
-        self._stoppers: list[Callable[[], None]] = []
+        self._stoppers: list[tuple[int, Callable[[], None]]] = []
         self._saved_env: dict[str, str | None] = {}
 
     # -- lifecycle ----------------------------------------------------------------------------------
@@ -108,19 +116,23 @@ class Stack:
         return self
 
     def stop(self) -> None:
-        """Stop every part in reverse order; restore the environment; forget the clients."""
-        while self._stoppers:
-            stopper = self._stoppers.pop()
-            try:
-                stopper()
-            except Exception:
-                log.exception("stopping %s failed", stopper)
+        """Stop every part, tier by tier (sources, then functions and broker, then the servers,
+        then the workload, whose watches end as soon as the API server is gone); the parts of a
+        tier stop concurrently. Restores the environment and forgets the functions' clients."""
+        for tier in sorted({t for t, _ in self._stoppers}):
+            stoppers = [fn for t, fn in reversed(self._stoppers) if t == tier]
+            threads = [threading.Thread(target=_quietly, args=(fn,), name="stack-stop") for fn in stoppers]
+            for thread in threads:
+                thread.start()
+            for thread in threads:
+                thread.join(timeout=30)
+        self._stoppers.clear()
         self._restore_env()
         if self._own_dir:
             shutil.rmtree(self.base, ignore_errors=True)
 
-    def _on_stop(self, stopper: Callable[[], None]) -> None:
-        self._stoppers.append(stopper)
+    def _on_stop(self, stopper: Callable[[], None], tier: int = 2) -> None:
+        self._stoppers.append((tier, stopper))
 
     # -- parts ---------------------------------------------------------------------------------------
     def _start_kube(self) -> None:
@@ -133,7 +145,7 @@ class Stack:
         self.kube.write_kubeconfig(admin, self.kube.admin_token)
         self.admin_kubeconfig = admin
         self.api = config.new_client_from_config(str(admin))
-        self._on_stop(self.api.close)
+        self._on_stop(self.api.close, tier=4)
 
     def _kubeconfig_for(self, service_account: str) -> Path:
         """A kubeconfig holding the token of the ServiceAccount named in knative/rbac."""
@@ -170,10 +182,10 @@ class Stack:
         self.broker = Broker(
             self.triggers, self._resolve, name=name, time_scale=self.time_scale, faults=self.faults
         )
-        self._on_stop(self.broker.stop)
+        self._on_stop(self.broker.stop, tier=1)
         self._set_env(self._function_env())
         self.functions = FunctionHost().start()
-        self._on_stop(self.functions.stop)
+        self._on_stop(self.functions.stop, tier=1)
         self.broker.start()
 
     def _function_env(self) -> dict[str, str]:
@@ -205,7 +217,7 @@ class Stack:
 
     def _start_notifications(self) -> None:
         self.bridge = SqsBridge(self.sqs, self.queue_url, BrokerClient(self.broker.url)).start()
-        self._on_stop(self.bridge.stop)
+        self._on_stop(self.bridge.stop, tier=0)
         if self.notifications == "sqs":
             self.filer.subscribe_sqs(self.sqs, self.queue_url)
         else:
@@ -213,25 +225,25 @@ class Stack:
 
     def _start_sources(self) -> None:
         sink = BrokerClient(self.broker.url)
-        self._on_stop(sink.close)
+        self._on_stop(sink.close, tier=1)
         self.sources: list[ApiServerSource] = []
         for manifest in of_kind(self.manifests, "ApiServerSource"):
             account = str((manifest.get("spec") or {}).get("serviceAccountName") or "default")
             api = config.new_client_from_config(str(self._kubeconfig_for(account)))
-            self._on_stop(api.close)
+            self._on_stop(api.close, tier=4)
             source = ApiServerSource(manifest, api, sink, source_url=self.kube.url).start()
-            self._on_stop(source.stop)
+            self._on_stop(source.stop, tier=0)
             self.sources.append(source)
         self.pings = [
             PingSource(m, sink, self.ping_period).start() for m in of_kind(self.manifests, "PingSource")
         ]
         for ping in self.pings:
-            self._on_stop(ping.stop)
+            self._on_stop(ping.stop, tier=0)
 
     def _start_workload(self) -> None:
         self.workload = Workload(self.api, mount_root=self.mount_root, **self.engine_defaults)
         self.workload.run()
-        self._on_stop(self.workload.stop)
+        self._on_stop(self.workload.stop, tier=3)
 
     # -- environment -----------------------------------------------------------------------------------
     def _set_env(self, env: Mapping[str, str]) -> None:
