@@ -114,6 +114,8 @@ class Api:
         self.bookmark_interval_s = 1.0
 
     def handle(self, request: Request) -> Response:
+        """Answer one request; every ApiError becomes its `Status` body."""
+        self.store.warnings.items = []
         try:
             return self._handle(request)
         except ApiError as error:

@@ -418,28 +418,48 @@ def _cel_value(value: Any) -> Any:
 
 def evaluate_rules(value: Any, old: Any, schema: Schema) -> list[Cause]:
     """apiextensions CEL validation: each failed rule -> FieldValueInvalid (or its reason)
-    with `Invalid value: "<type>": <message>`; transition rules only run on updates."""
+    with `Invalid value: "<type>": <message>`; transition rules only run on updates, and
+    unchanged values are not re-validated (CRD validation ratcheting, KEP-4008)."""
     causes = []
     for rule, node, old_node, path, node_schema in _walk_rules(value, old, schema, ""):
         if rule.transition and old_node is None:
             continue
-        activation = {"self": _cel_value(node)}
-        if rule.transition:
-            activation["oldSelf"] = _cel_value(old_node)
-        if _passes(rule, activation):
+        if not rule.transition and old_node is not None and old_node == node:
+            continue
+        if _passes(rule, node, old_node):
             continue
         field_path = path + rule.field_path if rule.field_path else path
-        message = _message(rule, activation)
+        message = _message(rule, _activation(rule, node, old_node))
         type_name = node_schema.type or _type_name(node)
         causes.append(Cause(rule.reason, f'Invalid value: "{type_name}": {message}', field_path))
     return causes
 
 
-def _passes(rule: CelRule, activation: dict[str, Any]) -> bool:
+_VERDICTS: dict[tuple[str, str], bool] = {}
+_VERDICTS_MAX = 4096
+
+
+def _activation(rule: CelRule, node: Any, old_node: Any) -> dict[str, Any]:
+    activation = {"self": _cel_value(node)}
+    if rule.transition:
+        activation["oldSelf"] = _cel_value(old_node)
+    return activation
+
+
+def _passes(rule: CelRule, node: Any, old_node: Any) -> bool:
+    """Evaluate a rule; verdicts of rules on `self` alone are memoised (CEL is pure)."""
+    key = None if rule.transition else (rule.rule, json.dumps(node, sort_keys=True))
+    if key is not None and key in _VERDICTS:
+        return _VERDICTS[key]
     try:
-        return bool(rule.program.evaluate(activation))
+        verdict = bool(rule.program.evaluate(_activation(rule, node, old_node)))
     except Exception:  # celpy raises evaluation errors as a variety of types
-        return False
+        verdict = False
+    if key is not None:
+        if len(_VERDICTS) >= _VERDICTS_MAX:
+            _VERDICTS.clear()
+        _VERDICTS[key] = verdict
+    return verdict
 
 
 def _message(rule: CelRule, activation: dict[str, Any]) -> str:

@@ -66,6 +66,10 @@ def gadget_crd() -> dict[str, Any]:
             "extra": {"type": "object", "x-kubernetes-preserve-unknown-fields": True},
             "note": {"type": "string", "nullable": True},
             "at": {"type": "string", "format": "date-time"},
+            "serial": {"type": "string", "x-kubernetes-validations": [
+                {"rule": "self == oldSelf", "message": "serial is immutable"}]},
+            "even": {"type": "integer", "x-kubernetes-validations": [
+                {"rule": "self % 2 == 0", "messageExpression": "'odd: ' + string(self)"}]},
         },
     }
     return {

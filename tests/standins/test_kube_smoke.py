@@ -8,8 +8,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
-from kubernetes import client
+from kubernetes import client, config
 
 from devstack.kube import KubeServer
 
@@ -34,6 +35,8 @@ def test_starts_fast_and_stops_without_leaks(fixture_dirs: tuple[Path, Path],
         watcher.join(timeout=5)
     assert not watcher.is_alive()
     assert set(threading.enumerate()) - before == set()
+    with pytest.raises(httpx.ConnectError):
+        httpx.get(server.url + "/version")
 
 
 def _watch_quietly(custom: client.CustomObjectsApi) -> None:
@@ -52,3 +55,15 @@ def test_create_get(custom: client.CustomObjectsApi,
     assert created["metadata"]["generation"] == 1
     got = custom.get_namespaced_custom_object(GROUP, VERSION, "default", PLURAL, "a1")
     assert got["metadata"]["uid"] == created["metadata"]["uid"]
+
+
+def test_kubeconfig_for_the_python_client(fixture_dirs: tuple[Path, Path], tmp_path: Path
+                                          ) -> None:
+    """kubernetes.config.load_kube_config works with the written kubeconfig (HTTP and TLS)."""
+    for tls in (False, True):
+        with KubeServer(crd_dir=fixture_dirs[0], tls=tls) as server:
+            path = server.write_kubeconfig(tmp_path / f"kubeconfig-{tls}")
+            api = config.new_client_from_config(str(path))
+            names = [n.metadata.name for n in client.CoreV1Api(api).list_namespace().items]
+            assert "default" in names
+            api.close()

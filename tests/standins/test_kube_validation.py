@@ -123,6 +123,22 @@ def test_defaults_pruning_and_structural_rules(custom: client.CustomObjectsApi) 
     assert nullable["spec"]["at"] == "2026-01-01T00:00:00Z"
 
 
+def test_cel_transition_rules_message_expression_and_ratcheting(
+        custom: client.CustomObjectsApi, kube_server: KubeServer) -> None:
+    _gadget(custom, "imm", size="1Gi", serial="s-1", even=2)
+    body = _invalid(lambda: custom.patch_namespaced_custom_object(
+        "test.loraflow.io", "v1", NS, "gadgets", "imm", {"spec": {"serial": "s-2"}}))
+    assert body["details"]["causes"] == [{
+        "reason": "FieldValueInvalid", "field": "spec.serial",
+        "message": 'Invalid value: "string": serial is immutable'}]
+    body = _invalid(lambda: custom.patch_namespaced_custom_object(
+        "test.loraflow.io", "v1", NS, "gadgets", "imm", {"spec": {"even": 3}}))
+    assert body["details"]["causes"][0]["message"] == 'Invalid value: "integer": odd: 3'
+    ok = custom.patch_namespaced_custom_object("test.loraflow.io", "v1", NS, "gadgets", "imm",
+                                               {"spec": {"replicas": 2}})
+    assert ok["metadata"]["generation"] == 2
+
+
 def test_strict_field_validation_rejects_unknown_fields(kube_server: KubeServer,
                                                         make_adapter: Factory) -> None:
     import httpx

@@ -45,6 +45,24 @@ def test_watch_added_modified_deleted(custom: client.CustomObjectsApi,
                        ("DELETED", "live")]
 
 
+def test_watch_finalizer_flow(custom: client.CustomObjectsApi, make_adapter: Factory) -> None:
+    body = make_adapter("fin")
+    body["metadata"]["finalizers"] = ["loraflow.io/unload"]
+    created = custom.create_namespaced_custom_object(GROUP, VERSION, NS, PLURAL, body)
+    custom.delete_namespaced_custom_object(GROUP, VERSION, NS, PLURAL, "fin")
+    custom.patch_namespaced_custom_object(GROUP, VERSION, NS, PLURAL, "fin",
+                                          {"metadata": {"finalizers": []}})
+    events = []
+    stream = watch.Watch().stream(custom.list_namespaced_custom_object, GROUP, VERSION, NS,
+                                  PLURAL, resource_version=created["metadata"]["resourceVersion"],
+                                  timeout_seconds=5)
+    for event in stream:
+        events.append((event["type"], bool(event["object"]["metadata"].get("deletionTimestamp"))))
+        if len(events) == 2:
+            break
+    assert events == [("MODIFIED", True), ("DELETED", True)]
+
+
 def test_watch_replays_from_resource_version_and_filters(custom: client.CustomObjectsApi,
                                                          make_adapter: Factory) -> None:
     first = custom.create_namespaced_custom_object(GROUP, VERSION, NS, PLURAL,
