@@ -252,6 +252,7 @@ class Api:
         return {"Warning": ", ".join(f"299 - {json.dumps(text)}" for text in items)}
 
     def _get(self, request: Request, rtype: ResourceType, namespace: str, name: str) -> Response:
+        """GET one object (a one-row Table when asked for)."""
         return self._object_response(request, rtype, self.store.get(rtype, namespace, name))
 
     def _predicate(self, request: Request, rtype: ResourceType) -> Callable[[JSON], bool]:
@@ -283,6 +284,7 @@ class Api:
         )
 
     def _watch(self, request: Request, rtype: ResourceType, target: Route) -> Response:
+        """GET ?watch=true: a chunked stream of watch events (Tables when asked for)."""
         timeout = request.query.get("timeoutSeconds")
         spec = WatchSpec(
             rtype,
@@ -316,6 +318,7 @@ class Api:
         )
 
     def _create(self, request: Request, rtype: ResourceType, namespace: str, target: Route) -> Response:
+        """POST on the collection -> 201 Created with the stored object."""
         if target.name or target.subresource:
             raise errors.method_not_allowed(request.method)
         body = _parse_body(request)
@@ -325,6 +328,7 @@ class Api:
         return self._object_response(request, rtype, obj, 201)
 
     def _update(self, request: Request, rtype: ResourceType, namespace: str, target: Route) -> Response:
+        """PUT: whole-object replace, guarded by metadata.resourceVersion."""
         body = _parse_body(request)
         if not isinstance(body, dict):
             raise errors.bad_request("the body of the request must be an object")
@@ -357,6 +361,7 @@ class Api:
         raise errors.unsupported_media_type(content_type, accepted)
 
     def _patch(self, request: Request, rtype: ResourceType, namespace: str, target: Route) -> Response:
+        """PATCH; server-side apply creates a missing object (as the apiserver does)."""
         change = self._patcher(request, rtype)
         options = self._write_options(request)
         is_apply = request.headers.get("content-type", "").startswith(patches.APPLY)
@@ -380,6 +385,8 @@ class Api:
         return self._object_response(request, rtype, obj)
 
     def _delete(self, request: Request, rtype: ResourceType, namespace: str, name: str) -> Response:
+        """DELETE with optional DeleteOptions (preconditions, dryRun); answers the object
+        (ReturnDeletedObject), still present with deletionTimestamp while finalizers remain."""
         options = _parse_body(request) if request.body else {}
         preconditions = options.get("preconditions") or {} if isinstance(options, dict) else {}
         dry_run = request.query.get("dryRun") == "All"
@@ -387,6 +394,7 @@ class Api:
         return self._object_response(request, rtype, obj)
 
     def _delete_collection(self, request: Request, rtype: ResourceType, target: Route) -> Response:
+        """DELETE on a collection (deletecollection) honours label and field selectors."""
         predicate = self._predicate(request, rtype)
         items, _ = self.store.list_objects(rtype, target.namespace or None)
         deleted = []
