@@ -128,10 +128,15 @@ def _status(args: argparse.Namespace) -> int:
     return _watch(out, view, args.interval)
 
 
+def _pause(seconds: float) -> None:
+    """Between refreshes (a seam for tests)."""
+    time.sleep(seconds)
+
+
 def _watch(out: Console, view: Callable[[], RenderableType], interval: float) -> int:
     with Live(view(), console=out, auto_refresh=False, screen=False) as live:
         while True:
-            time.sleep(interval)
+            _pause(interval)
             live.update(view(), refresh=True)
 
 

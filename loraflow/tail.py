@@ -106,6 +106,11 @@ def shown(entry: Obj, prefix: str, deliveries: bool) -> bool:
     return deliveries or entry.get("outcome") != DELIVERED
 
 
+def _pause(seconds: float) -> None:
+    """Between polls (a seam for tests)."""
+    time.sleep(seconds)
+
+
 def tail(
     broker: str,
     console: Console,
@@ -127,4 +132,4 @@ def tail(
             since = page.next
             if not follow:
                 return printed
-            (sleep or time.sleep)(interval)
+            (sleep or _pause)(interval)

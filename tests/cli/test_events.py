@@ -11,7 +11,6 @@ from cloudevents.conversion import to_binary
 from cloudevents.http import CloudEvent
 
 from devstack.broker import Broker
-from loraflow import tail
 from loraflow.cli import main
 from loraflow.tail import parse_page
 
@@ -70,7 +69,7 @@ def test_follow_polls_from_the_last_cursor(
         else:
             raise KeyboardInterrupt
 
-    monkeypatch.setattr(tail.time, "sleep", sleep)
+    monkeypatch.setattr("loraflow.tail._pause", sleep)
 
     assert main(["events", "--broker-url", broker.url, "--follow", "--interval", "0.1"]) == 0
 

@@ -12,7 +12,6 @@ import pytest
 
 from cli.conftest import Stack
 from functions.resources.kinds import INFERENCE_SERVICE, MODEL_DEPLOYMENT, SGLANG_ADAPTER, VLLM_ADAPTER, Kind
-from loraflow import cli
 from loraflow.status import age, human_size, last_reason
 
 MODEL = "llama3-8b"
@@ -181,7 +180,7 @@ def test_watch_refreshes_until_interrupted(
         if len(sleeps) == 2:
             raise KeyboardInterrupt
 
-    monkeypatch.setattr(cli.time, "sleep", sleep)
+    monkeypatch.setattr("loraflow.cli._pause", sleep)
     argv = ["status", "--namespace", scene["namespace"], "--watch", "--interval", "0.5"]
 
     assert stack.run(*argv) == 0
