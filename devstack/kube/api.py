@@ -120,6 +120,9 @@ class Api:
             return self._handle(request)
         except ApiError as error:
             return Response(error.code, error.body(), headers=error.headers)
+        except (ValueError, TypeError, KeyError, AttributeError) as exc:  # a malformed request
+            malformed = errors.bad_request(f"{type(exc).__name__}: {exc}")
+            return Response(malformed.code, malformed.body())
 
     def _handle(self, request: Request) -> Response:
         target = route(request.path)

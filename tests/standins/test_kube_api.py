@@ -113,3 +113,14 @@ def test_counters_and_fault_injection(kube_server: KubeServer, custom: client.Cu
     kube_server.clear_faults()
     assert len(kube_server.faults) == 0
     assert kube_server.requests[("patch", f"{PLURAL}/status")] == 3
+
+
+def test_malformed_requests_are_400(kube_server: KubeServer) -> None:
+    path = f"/apis/{GROUP}/{VERSION}/namespaces/{NS}/{PLURAL}"
+    assert _get(kube_server, path, params={"limit": "many"}).status_code == 400
+    assert _get(kube_server, path, params={"labelSelector": "a in b"}).status_code == 400
+    broken = httpx.post(kube_server.url + path, content=b"{not json",
+                        headers={"Authorization": f"Bearer {kube_server.admin_token}",
+                                 "Content-Type": "application/json"})
+    assert broken.status_code == 400
+    assert broken.json()["reason"] == "BadRequest"
