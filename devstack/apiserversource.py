@@ -187,13 +187,12 @@ class _ResourceWatch:
             resource_version=self._rv,
             timeout_seconds=WATCH_WINDOW_S,
             allow_watch_bookmarks=True,
-            deserialize=False,
             **self._kwargs(),
         )
         for event in stream:
             if self._stop.is_set():
                 return
-            obj = event.get("object") or {}
+            obj = event.get("raw_object") or {}
             self._rv = (obj.get("metadata") or {}).get("resourceVersion") or self._rv
             if event.get("type") in VERBS:
                 yield (

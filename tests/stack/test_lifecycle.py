@@ -1,0 +1,163 @@
+"""The whole lifecycle of both kinds, through the broker and the real Trigger manifests.
+
+Nothing here calls a function directly: the test acts like a user (kubectl, filer uploads,
+engine restarts, scaling) and checks the truth (status, the engines' own /v1/models).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from typing import Any
+
+from devstack.demo import Cluster
+from devstack.stack import Stack
+from functions.resources.kinds import (
+    INFERENCE_SERVICE,
+    INFERENCE_SERVICE_LABEL,
+    MODEL,
+    MODEL_DEPLOYMENT,
+    MODEL_DEPLOYMENT_LABEL,
+    SGLANG_ADAPTER,
+    VLLM_ADAPTER,
+)
+from tests.stack.conftest import eventually
+
+CONFIG = json.dumps({"peft_type": "LORA", "r": 8}).encode()
+
+
+def md5(content: bytes) -> str:
+    return hashlib.md5(content, usedforsecurity=False).hexdigest()
+
+
+def listings(cluster: Cluster, selector: str) -> dict[str, set[str] | None]:
+    return {p["metadata"]["name"]: cluster.listing(p) for p in cluster.pods(selector)}
+
+
+def loaded_in(cluster: Cluster, selector: str, handle: str, pods: int) -> bool:
+    found = listings(cluster, selector)
+    return len(found) == pods and all(handle in (s or set()) for s in found.values())
+
+
+def unloaded_everywhere(cluster: Cluster, selector: str, handle: str) -> bool:
+    found = listings(cluster, selector)
+    return bool(found) and all(s is not None and handle not in s for s in found.values())
+
+
+def condition(obj: dict[str, Any] | None, type_: str) -> dict[str, Any]:
+    for cond in ((obj or {}).get("status") or {}).get("conditions") or []:
+        if cond["type"] == type_:
+            return dict(cond)
+    return {}
+
+
+def seed1_adapter(cluster: Cluster, name: str, model: str = "llama") -> None:
+    """Create the adapter declaring the MD5s, then upload its files through the filer."""
+    directory = f"/loraadapters/{cluster.namespace}/{model}/{name}/"
+    weights = os.urandom(2048)
+    cluster.create(
+        VLLM_ADAPTER,
+        name,
+        {
+            "model": model,
+            "integrity": {
+                "md5": {
+                    directory + "adapter_config.json": md5(CONFIG),
+                    directory + "adapter_model.safetensors": md5(weights),
+                }
+            },
+        },
+    )
+    cluster.upload(directory + "adapter_config.json", CONFIG)
+    cluster.upload(directory + "adapter_model.safetensors", weights)
+
+
+def test_seed1_whole_lifecycle(stack: Stack, cluster: Cluster) -> None:
+    selector = f"{MODEL_DEPLOYMENT_LABEL}=d1"
+    cluster.create(MODEL, "llama", {"displayName": "Llama"})
+    cluster.create(MODEL_DEPLOYMENT, "d1", {"model": "llama", "replicas": 3, "loraAdapters": ["a1"]})
+    seed1_adapter(cluster, "a1")
+
+    # upload -> Ready -> loaded in every pod
+    eventually(
+        lambda: (cluster.get(VLLM_ADAPTER, "a1") or {}).get("status", {}).get("phase") == "Ready",
+        what="Ready",
+    )
+    eventually(lambda: loaded_in(cluster, selector, "a1", 3), what="loaded in 3 pods")
+    adapter = cluster.get(VLLM_ADAPTER, "a1")
+    assert adapter is not None and adapter["status"]["usedBy"] == ["d1"]
+    assert condition(adapter, "Loaded")["status"] == "True"
+
+    # an engine restart drops its adapters; the Pod comes back Ready and reload puts it back
+    pod = cluster.pods(selector)[0]["metadata"]["name"]
+    stack.workload.restart(cluster.namespace, pod)
+    eventually(lambda: "a1" in (listings(cluster, selector).get(pod) or set()), what="reloaded after restart")
+
+    # scale-up: the new replicas get it too
+    cluster.patch(MODEL_DEPLOYMENT, "d1", {"spec": {"replicas": 4}})
+    eventually(lambda: loaded_in(cluster, selector, "a1", 4), what="loaded in 4 pods")
+
+    # removed from the target's spec -> unloaded everywhere
+    cluster.patch(MODEL_DEPLOYMENT, "d1", {"spec": {"loraAdapters": []}})
+    eventually(lambda: unloaded_everywhere(cluster, selector, "a1"), what="unloaded after leaving the spec")
+
+    # deleted -> the finalizer goes last -> gone
+    cluster.delete(VLLM_ADAPTER, "a1")
+    eventually(lambda: cluster.get(VLLM_ADAPTER, "a1") is None, what="gone after delete")
+    assert stack.broker.counters.dead_lettered == 0, stack.sink.events
+
+
+def test_seed1_wrong_md5_fails_and_is_never_loaded(stack: Stack, cluster: Cluster) -> None:
+    selector = f"{MODEL_DEPLOYMENT_LABEL}=d1"
+    cluster.create(MODEL, "llama", {})
+    cluster.create(MODEL_DEPLOYMENT, "d1", {"model": "llama", "replicas": 1, "loraAdapters": ["bad"]})
+    directory = f"/loraadapters/{cluster.namespace}/llama/bad/"
+    cluster.create(
+        VLLM_ADAPTER,
+        "bad",
+        {"model": "llama", "integrity": {"md5": {directory + "adapter_config.json": "0" * 32}}},
+    )
+    cluster.upload(directory + "adapter_config.json", CONFIG)
+    eventually(
+        lambda: (cluster.get(VLLM_ADAPTER, "bad") or {}).get("status", {}).get("phase") == "Failed",
+        what="Failed",
+    )
+    assert condition(cluster.get(VLLM_ADAPTER, "bad"), "Ready")["reason"] == "IntegrityCheckFailed"
+    assert stack.settle()
+    assert unloaded_everywhere(cluster, selector, "bad")
+
+
+def test_seed2_available_loaded_and_reloaded_after_restart(stack: Stack, cluster: Cluster) -> None:
+    selector = f"{INFERENCE_SERVICE_LABEL}=svc"
+    directory = stack.mount_root / "sglang" / cluster.namespace / "tone"
+    directory.mkdir(parents=True)
+    (directory / "adapter_config.json").write_bytes(CONFIG)
+    (directory / "adapter_model.safetensors").write_bytes(os.urandom(1024))
+    cluster.create(INFERENCE_SERVICE, "svc", {"runtime": "sglang", "model": "qwen", "replicas": 2})
+    eventually(lambda: len(cluster.pods(selector)) == 2, what="2 SGLang pods")
+    cluster.create(
+        SGLANG_ADAPTER,
+        "tone",
+        {"name": "tone-v1", "path": str(directory), "inferenceServiceRef": {"name": "svc"}},
+    )
+
+    eventually(
+        lambda: condition(cluster.get(SGLANG_ADAPTER, "tone"), "Available").get("status") == "True",
+        what="Available",
+    )
+    eventually(
+        lambda: condition(cluster.get(SGLANG_ADAPTER, "tone"), "Loaded").get("status") == "True",
+        what="Loaded",
+    )
+    eventually(lambda: loaded_in(cluster, selector, "tone-v1", 2), what="loaded in both SGLang pods")
+    first = (cluster.get(SGLANG_ADAPTER, "tone") or {})["status"]["lastLoadedAt"]
+
+    stack.workload.restart(
+        cluster.namespace, cluster.pods(selector)[0]["metadata"]["name"], unhealthy_for_s=1.1
+    )
+    eventually(lambda: loaded_in(cluster, selector, "tone-v1", 2), what="reloaded after restart")
+    eventually(
+        lambda: (cluster.get(SGLANG_ADAPTER, "tone") or {})["status"].get("lastLoadedAt", first) > first,
+        what="lastLoadedAt moved",
+    )

@@ -1,0 +1,117 @@
+"""`python -m devstack serve` in a subprocess, driven only through its endpoints file."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import boto3
+import httpx
+import pytest
+from kubernetes import client
+
+from tests.stack.conftest import eventually
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture
+def served(tmp_path: Path) -> Iterator[tuple[subprocess.Popen[bytes], Path]]:
+    path = tmp_path / "endpoints.json"
+    process = subprocess.Popen(
+        [sys.executable, "-m", "devstack", "serve", "--endpoints-file", str(path), "--ping-period", "2"],
+        cwd=ROOT,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        eventually(path.exists, timeout=60, what="endpoints file")
+        yield process, path
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait(10)
+
+
+def read(path: Path) -> dict[str, Any]:
+    data: dict[str, Any] = json.loads(path.read_text())
+    return data
+
+
+def test_serve_writes_endpoints_and_stops_cleanly(served: tuple[subprocess.Popen[bytes], Path]) -> None:
+    process, path = served
+    endpoints = read(path)
+    assert set(endpoints) == {"kubernetes", "filer", "broker", "functions", "sqs", "engines"}
+    assert set(endpoints["kubernetes"]) == {"url", "token"}
+    assert set(endpoints["filer"]) == {"url"} and set(endpoints["broker"]) == {"url"}
+    assert set(endpoints["sqs"]) == {"url", "queue_url"}
+    assert set(endpoints["functions"]) == {
+        "admit",
+        "stat",
+        "verify",
+        "load",
+        "reload",
+        "unload",
+        "resync",
+        "ingest",
+    }
+    assert endpoints["engines"] == []
+
+    # the kubernetes client, with the admin token from the file
+    configuration = client.Configuration()
+    configuration.host = endpoints["kubernetes"]["url"]
+    configuration.api_key = {"BearerToken": endpoints["kubernetes"]["token"]}
+    configuration.api_key_prefix = {"BearerToken": "Bearer"}
+    with client.ApiClient(configuration) as api:
+        custom = client.CustomObjectsApi(api)
+        body = {
+            "apiVersion": "rackai.rackspace.com/v1alpha1",
+            "kind": "ModelDeployment",
+            "metadata": {"name": "d1"},
+            "spec": {"model": "m", "replicas": 1},
+        }
+        custom.create_namespaced_custom_object(
+            "rackai.rackspace.com", "v1alpha1", "default", "modeldeployments", body
+        )
+    engines = eventually(lambda: read(path)["engines"], what="an engine in the endpoints file")
+    assert set(engines[0]) == {"namespace", "pod", "runtime", "url"} and engines[0]["runtime"] == "vllm"
+    assert httpx.get(engines[0]["url"] + "/v1/models").status_code == 200
+
+    # httpx: the filer and the broker's event log
+    assert (
+        httpx.put(endpoints["filer"]["url"] + "/loraadapters/x/readme.txt", content=b"hi").status_code < 300
+    )
+    log = eventually(
+        lambda: [
+            e
+            for e in httpx.get(endpoints["broker"]["url"] + "_devstack/events", params={"since": 0}).json()
+            if e["type"] == "dev.knative.apiserver.resource.add"
+        ],
+        what="apiserver add event in the broker log",
+    )
+    assert log[0]["outcome"] == "received"
+
+    # boto3: the SQS queue the filer can notify through
+    sqs = boto3.client(
+        "sqs",
+        endpoint_url=endpoints["sqs"]["url"],
+        region_name="us-east-1",
+        aws_access_key_id="testing",
+        aws_secret_access_key="testing",
+    )
+    attributes = sqs.get_queue_attributes(QueueUrl=endpoints["sqs"]["queue_url"], AttributeNames=["All"])
+    assert "QueueArn" in attributes["Attributes"]
+
+    process.send_signal(signal.SIGTERM)
+    started = time.monotonic()
+    assert process.wait(30) == 0
+    assert time.monotonic() - started < 15
+    assert not path.exists()
