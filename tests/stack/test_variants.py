@@ -1,0 +1,48 @@
+"""The stack's options: SQS notifications (IntegrationSource path) and broker chaos."""
+
+from __future__ import annotations
+
+import secrets
+
+from devstack.broker import Faults
+from devstack.demo import Cluster
+from devstack.stack import Stack
+from functions.resources.kinds import MODEL, MODEL_DEPLOYMENT, MODEL_DEPLOYMENT_LABEL, VLLM_ADAPTER
+from tests.stack.conftest import eventually
+from tests.stack.test_lifecycle import loaded_in, seed1_adapter, unloaded_everywhere
+
+
+def run_to_loaded(stack: Stack, replicas: int) -> Cluster:
+    cluster = Cluster(stack, f"v-{secrets.token_hex(3)}")
+    stack.core.create_namespace({"metadata": {"name": cluster.namespace}})
+    cluster.create(MODEL, "llama", {})
+    cluster.create(MODEL_DEPLOYMENT, "d1", {"model": "llama", "replicas": replicas, "loraAdapters": ["a1"]})
+    seed1_adapter(cluster, "a1")
+    eventually(
+        lambda: (cluster.get(VLLM_ADAPTER, "a1") or {}).get("status", {}).get("phase") == "Ready",
+        what="Ready",
+    )
+    eventually(lambda: loaded_in(cluster, f"{MODEL_DEPLOYMENT_LABEL}=d1", "a1", replicas), what="loaded")
+    return cluster
+
+
+def test_sqs_notifications_reach_ingest_through_the_broker() -> None:
+    with Stack(notifications="sqs", ping_period=None) as stack:
+        run_to_loaded(stack, replicas=1)
+        ingested = [
+            e
+            for e in stack.broker.log.since(0)
+            if e["type"] == "dev.knative.eventing.aws-sqs" and e["outcome"] == "delivered"
+        ]
+        assert ingested and {e["trigger"] for e in ingested} == {"loraflow-ingest-sqs"}
+        assert stack.bridge.sent >= 2
+
+
+def test_duplicated_and_shuffled_deliveries_still_converge() -> None:
+    faults = Faults(duplicate=True, shuffle=0.1, seed=3)
+    with Stack(faults=faults, ping_period=2.0, time_scale=0.1) as stack:
+        cluster = run_to_loaded(stack, replicas=2)
+        cluster.delete(VLLM_ADAPTER, "a1")
+        eventually(lambda: cluster.get(VLLM_ADAPTER, "a1") is None, what="gone")
+        assert unloaded_everywhere(cluster, f"{MODEL_DEPLOYMENT_LABEL}=d1", "a1")
+        assert stack.broker.counters.delivered > stack.broker.counters.received
