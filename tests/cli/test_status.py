@@ -10,7 +10,7 @@ from typing import Any
 import httpx
 import pytest
 
-from cli.conftest import Stack
+from tests.cli.conftest import Stack
 from functions.resources.kinds import INFERENCE_SERVICE, MODEL_DEPLOYMENT, SGLANG_ADAPTER, VLLM_ADAPTER, Kind
 from loraflow.status import age, human_size, last_reason
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from cli.conftest import Stack
+from tests.cli.conftest import Stack
 from functions.resources.kinds import VLLM_ADAPTER
 from loraflow.upload import md5_of, stored_md5s
 
