@@ -84,17 +84,24 @@ class Plan:
         )
 
 
-def plan_pods(fleet: Fleet, plan: Plan, endpoints: list[Endpoint]) -> None:
+def plan_pods(fleet: Fleet, plan: Plan, endpoints: list[Endpoint], pods_of: set[str] | None = None) -> None:
+    """Observe every endpoint; only pods in `pods_of` (all when None) get loads and may ask for a retry.
+
+    The others are still observed so that the status stays a statement about every Ready pod.
+    """
     assert plan.wanted is not None
     listings = fleet.listings(endpoints)
     for ep in endpoints:
         listing = listings[ep.pod]
+        mine = pods_of is None or ep.pod in pods_of
         if listing is None:
-            plan.results[ep.pod] = PodResult(ep.pod, False, UNREACHABLE.reason, UNREACHABLE.message, True)
+            plan.results[ep.pod] = PodResult(ep.pod, False, UNREACHABLE.reason, UNREACHABLE.message, mine)
         elif plan.wanted.lora_name in listing:
             plan.results[ep.pod] = PodResult(ep.pod, True, loading.PRESENT)
-        else:
+        elif mine:
             plan.pending.append(ep)
+        else:
+            plan.results[ep.pod] = PodResult(ep.pod, False, loading.NOT_LOADED, "not loaded (yet)")
 
 
 def execute(fleet: Fleet, plans: Sequence[Plan], load: bool = True) -> None:
@@ -147,7 +154,7 @@ def plan_v1(
             continue
         plan = Plan(adapter, md_name, targets.wanted_v1(adapter, deps.settings.mount_root))
         endpoints = fleet.endpoints(MODEL_DEPLOYMENT, targets.namespace_of(md), md_name)
-        plan_pods(fleet, plan, [e for e in endpoints if pods_of is None or e.pod in pods_of])
+        plan_pods(fleet, plan, endpoints, pods_of)
         plans.append(plan)
     return plans
 
@@ -164,7 +171,7 @@ def plan_v2(fleet: Fleet, adapter: Obj, pods_of: set[str] | None = None) -> Plan
         return Plan(adapter, label, None, loading.R_RUNTIME_MISMATCH, message)
     plan = Plan(adapter, label, targets.wanted_v2(adapter))
     endpoints = fleet.endpoints(INFERENCE_SERVICE, namespace, name)
-    plan_pods(fleet, plan, [e for e in endpoints if pods_of is None or e.pod in pods_of])
+    plan_pods(fleet, plan, endpoints, pods_of)
     return plan
 
 

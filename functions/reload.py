@@ -3,12 +3,15 @@
 Trigger: apiserver add/update of a Pod (serving pods, label `loraflow.io/serving=true`).
 Reads: the Pod (re-read: the event is a nudge), its engine's `/health` and `GET /v1/models`,
 its ModelDeployment / InferenceService and their adapters, `adapter_config.json` (seed 1).
+Loads only into this pod: the targets' other Ready pods are observed (their own Pod events
+reload them) and count as NotLoaded in the status while they lack an adapter, so neither their
+loads nor their failures are attributed to this pod's event.
 Writes: each affected adapter's status as load does (Loaded recomputed over every Ready pod of
 the targets; seed 2 `lastLoadedAt` moves when a load call succeeded).
 Outcomes: 200 + `pod.reloaded` when something was loaded into this pod; 204 when the pod is
 gone, not Ready, or already complete; 503 when the pod is Ready but its engine's /health is
 not 200 (no further Pod event is guaranteed while it stays Ready, so the Broker must retry), or
-when a load failed retryably.
+when a load into this pod failed retryably.
 """
 
 from __future__ import annotations
@@ -51,18 +54,20 @@ def handle(event: CloudEvent, deps: Deps) -> _edge.Reply:
     if not deps.engines.healthy(ep):
         raise EngineUnavailable(f"pod {namespace}/{name} is Ready but its engine /health is not 200")
     fleet = Fleet(deps)
-    plans = plans_v1(fleet, namespace, md) if md else plans_v2(fleet, namespace, str(isvc))
+    plans = plans_v1(fleet, namespace, md, name) if md else plans_v2(fleet, namespace, str(isvc), name)
     _serving.execute(fleet, [p for _, group in plans for p in group])
     all_results: list[TargetResult] = []
     for adapter, group in plans:
         results = [p.result() for p in group]
         all_results += results
-        write(deps, adapter, results)
+        write(deps, adapter, results, name)
     _serving.raise_if_retryable(all_results, f"reload pod {namespace}/{name}")
     return answer(namespace, name, plans)
 
 
-def plans_v1(fleet: Fleet, namespace: str, md_name: str) -> list[tuple[dict[str, object], list[Plan]]]:
+def plans_v1(
+    fleet: Fleet, namespace: str, md_name: str, pod: str
+) -> list[tuple[dict[str, object], list[Plan]]]:
     deps = fleet.deps
     md = deps.kube.get(MODEL_DEPLOYMENT, namespace, md_name)
     if md is None:
@@ -70,26 +75,30 @@ def plans_v1(fleet: Fleet, namespace: str, md_name: str) -> list[tuple[dict[str,
     deployments = deps.kube.list_all(MODEL_DEPLOYMENT, namespace)
     adapters = {targets.name_of(a): a for a in deps.kube.list_all(VLLM_ADAPTER, namespace)}
     wanted = targets.desired_v1(md, adapters, deps.settings.mount_root)
-    return [(adapters[name], _serving.plan_v1(fleet, adapters[name], deployments)) for name in sorted(wanted)]
+    return [
+        (adapters[name], _serving.plan_v1(fleet, adapters[name], deployments, {pod}))
+        for name in sorted(wanted)
+    ]
 
 
-def plans_v2(fleet: Fleet, namespace: str, isvc: str) -> list[tuple[dict[str, object], list[Plan]]]:
+def plans_v2(fleet: Fleet, namespace: str, isvc: str, pod: str) -> list[tuple[dict[str, object], list[Plan]]]:
     chosen = [
         a
         for a in fleet.deps.kube.iter(SGLANG_ADAPTER)
         if targets.targets_isvc(a, namespace, isvc) and targets.available_v2(a)
     ]
-    return [(a, [_serving.plan_v2(fleet, a)]) for a in chosen]
+    return [(a, [_serving.plan_v2(fleet, a, {pod})]) for a in chosen]
 
 
-def write(deps: Deps, adapter: dict[str, object], results: list[TargetResult]) -> None:
+def write(deps: Deps, adapter: dict[str, object], results: list[TargetResult], pod: str) -> None:
     if _serving.kind_of(adapter) == SGLANG_ADAPTER:
         _serving.write_v2(deps, adapter, results[0])
     else:
         deployments = deps.kube.list_all(MODEL_DEPLOYMENT, targets.namespace_of(adapter))
         _serving.write_v1(deps, adapter, targets.used_by(targets.name_of(adapter), deployments), results)
-    if any(r.failed for r in results):
-        _serving.warn(deps, adapter, "LoadFailed", describe_failures(results), NAME)
+    mine = [TargetResult(r.target, pods=tuple(p for p in r.failed if p.pod == pod)) for r in results]
+    if any(r.failed for r in mine):
+        _serving.warn(deps, adapter, "LoadFailed", describe_failures(mine), NAME)
 
 
 def answer(namespace: str, pod: str, plans: list[tuple[dict[str, object], list[Plan]]]) -> _edge.Reply:

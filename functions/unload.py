@@ -205,15 +205,21 @@ def on_deployment(deps: Deps, namespace: str, name: str) -> _edge.Reply:
     touched = {lora for names in surplus.values() for lora in names}
     stale = {n for n, a in adapters.items() if name in ((a.get("status") or {}).get("usedBy") or [])}
     for lora in sorted((touched | stale) - set(desired)):
-        refresh_v1(deps, adapters[lora], deployments, results)
+        refresh_v1(fleet, adapters[lora], deployments, results)
     return finish(deps, f"ModelDeployment {namespace}/{name}", results)
 
 
-def refresh_v1(deps: Deps, adapter: Obj, deployments: list[Obj], results: list[PodResult]) -> None:
-    """usedBy, and Loaded when no deployment references the adapter any more."""
+def refresh_v1(fleet: Fleet, adapter: Obj, deployments: list[Obj], results: list[PodResult]) -> None:
+    """usedBy, and Loaded: re-observed over the deployments that still name it (no loads), else
+    NotReferenced / UnloadFailed."""
+    deps = fleet.deps
     used = targets.used_by(targets.name_of(adapter), deployments)
     if used:
-        _serving.write_v1(deps, adapter, used, None)
+        observed = None
+        if targets.ready_v1(adapter):
+            plans = _serving.plan_v1(fleet, adapter, deployments, pods_of=set())
+            observed = [p.result() for p in plans]
+        _serving.write_v1(deps, adapter, used, observed)
         return
     mine = [r for r in results if r.message.startswith(targets.name_of(adapter) + ":")]
     state, reason = (

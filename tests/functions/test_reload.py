@@ -1,0 +1,236 @@
+"""reload (seed 1) over real HTTP: new replicas after a scale-up and restarted engines get back
+the adapters their ModelDeployment serves; pods that already have them are left alone."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import httpx
+from cloudevents.http import from_http
+
+from events.domain import ADAPTER_READY, POD_RELOADED
+from functions.resources.kinds import MODEL_DEPLOYMENT, MODEL_DEPLOYMENT_LABEL, VLLM_ADAPTER
+from tests.functions.conftest import World
+
+READY = {
+    "type": "Ready",
+    "status": "True",
+    "reason": "IntegrityVerified",
+    "message": "ok",
+    "lastTransitionTime": "2026-01-01T00:00:00Z",
+}
+
+
+def make_adapter(world: World, ns: str, name: str, model: str = "m1") -> str:
+    """A Ready seed-1 adapter with its files in the filer; returns the engine-side lora_path."""
+    directory = f"/loraadapters/{ns}/{model}/{name}"
+    world.upload(f"{directory}/adapter_config.json", json.dumps({"peft_type": "LORA", "r": 8}).encode())
+    world.upload(f"{directory}/adapter_model.safetensors", b"weights")
+    world.create(
+        VLLM_ADAPTER,
+        ns,
+        {"metadata": {"name": name, "finalizers": ["loraflow.io/unload"]}, "spec": {"model": model}},
+    )
+    world.custom.patch_namespaced_custom_object_status(
+        VLLM_ADAPTER.group,
+        VLLM_ADAPTER.version,
+        ns,
+        VLLM_ADAPTER.plural,
+        name,
+        {"status": {"observedGeneration": 1, "conditions": [READY], "storageRef": {"path": directory + "/"}}},
+        _content_type="application/merge-patch+json",
+    )
+    return f"{world.data_dir}{directory}"
+
+
+def deployment(world: World, ns: str, name: str, replicas: int, adapters: list[str]) -> None:
+    world.create(
+        MODEL_DEPLOYMENT,
+        ns,
+        {"metadata": {"name": name}, "spec": {"model": "m1", "replicas": replicas, "loraAdapters": adapters}},
+    )
+    world.workload.sync()
+
+
+def pods(world: World, ns: str, md: str) -> list[str]:
+    return sorted(p["metadata"]["name"] for p in world.workload.pods(ns, f"{MODEL_DEPLOYMENT_LABEL}={md}"))
+
+
+def pod_object(world: World, ns: str, pod: str) -> dict[str, Any]:
+    response = world.core.read_namespaced_pod(pod, ns, _preload_content=False)
+    obj: dict[str, Any] = json.loads(response.data)
+    obj.setdefault("apiVersion", "v1")
+    obj.setdefault("kind", "Pod")
+    return obj
+
+
+def load(world: World, ns: str, name: str) -> None:
+    response = world.post("load", world.event(ADAPTER_READY, world.adapter_data(VLLM_ADAPTER, ns, name)))
+    assert response.status_code == 200, response.text
+
+
+def reload(world: World, ns: str, pod: str, verb: str = "update") -> httpx.Response:
+    return world.post("reload", world.apiserver_event(verb, pod_object(world, ns, pod)))
+
+
+def reloaded(response: httpx.Response) -> dict[str, Any]:
+    assert response.status_code == 200, f"{response.status_code} {response.text}"
+    event = from_http(dict(response.headers), response.content)
+    assert event["type"] == POD_RELOADED
+    data = event.get_data()
+    assert isinstance(data, dict)
+    return data
+
+
+def loaded(world: World, ns: str, pod: str) -> dict[str, str]:
+    return world.workload.replica(ns, pod).loaded
+
+
+def loaded_condition(world: World, ns: str, name: str) -> dict[str, Any]:
+    obj = world.get(VLLM_ADAPTER, ns, name)
+    assert obj is not None
+    return next(c for c in obj["status"]["conditions"] if c["type"] == "Loaded")
+
+
+def test_scale_up_new_pods_get_the_adapter(world: World) -> None:
+    ns = world.namespace()
+    path = make_adapter(world, ns, "a1")
+    deployment(world, ns, "d1", 3, ["a1"])
+    load(world, ns, "a1")
+    before = pods(world, ns, "d1")
+    assert all(loaded(world, ns, p) == {"a1": path} for p in before)
+
+    world.patch(MODEL_DEPLOYMENT, ns, "d1", {"spec": {"replicas": 5}})
+    world.workload.sync()
+    after = pods(world, ns, "d1")
+    new = sorted(set(after) - set(before))
+    assert len(after) == 5 and len(new) == 2
+    assert all(loaded(world, ns, p) == {} for p in new)
+
+    calls = {p: world.workload.replica(ns, p).calls["load"] for p in before}
+    data = reloaded(reload(world, ns, new[0], "add"))
+    assert (data["namespace"], data["pod"], data["adapters"]) == (ns, new[0], ["a1"])
+    assert loaded(world, ns, new[1]) == {}  # its own Pod event reloads it
+    condition = loaded_condition(world, ns, "a1")
+    assert condition["status"] == "False" and f"{new[1]} (NotLoaded" in condition["message"]
+    data = reloaded(reload(world, ns, new[1], "add"))
+    assert (data["namespace"], data["pod"], data["adapters"]) == (ns, new[1], ["a1"])
+    for pod in after:
+        assert loaded(world, ns, pod) == {"a1": path}
+    assert {p: world.workload.replica(ns, p).calls["load"] for p in before} == calls
+    condition = loaded_condition(world, ns, "a1")
+    assert (condition["status"], condition["reason"]) == ("True", "Loaded")
+    assert "d1 5/5" in condition["message"]
+
+    # a pod that already has everything: nothing to do
+    assert reload(world, ns, before[0]).status_code == 204
+
+
+def test_restarted_engine_gets_its_adapters_back(world: World) -> None:
+    ns = world.namespace()
+    p1 = make_adapter(world, ns, "a1")
+    p2 = make_adapter(world, ns, "a2")
+    deployment(world, ns, "d1", 3, ["a1", "a2"])
+    load(world, ns, "a1")
+    load(world, ns, "a2")
+    victim, *others = pods(world, ns, "d1")
+    world.workload.restart(ns, victim)
+    assert loaded(world, ns, victim) == {}
+
+    data = reloaded(reload(world, ns, victim))
+    assert (data["pod"], data["adapters"], data["failed"]) == (victim, ["a1", "a2"], [])
+    assert loaded(world, ns, victim) == {"a1": p1, "a2": p2}
+    for pod in others:
+        assert loaded(world, ns, pod) == {"a1": p1, "a2": p2}
+    for name in ("a1", "a2"):
+        condition = loaded_condition(world, ns, name)
+        assert (condition["status"], condition["reason"]) == ("True", "Loaded")
+    # the Pod update that follows our own work changes nothing
+    assert reload(world, ns, victim).status_code == 204
+
+
+def test_not_ready_pod_waits_and_unhealthy_ready_pod_is_retried(world: World) -> None:
+    ns = world.namespace()
+    path = make_adapter(world, ns, "a1")
+    deployment(world, ns, "d1", 1, ["a1"])
+    load(world, ns, "a1")
+    (pod,) = pods(world, ns, "d1")
+    replica = world.workload.replica(ns, pod)
+
+    # restarting: the Pod is not Ready yet -> nothing to do (the Ready update will come)
+    world.workload.restart(ns, pod, unhealthy_for_s=30, wait=False)
+    assert reload(world, ns, pod).status_code == 204
+    assert replica.loaded == {}
+    replica.restart(unhealthy_for_s=0)  # the engine comes up; the workload marks the Pod Ready
+    world.workload.restart(ns, pod, unhealthy_for_s=0)
+
+    # Ready, but /health fails: 503 so that the Broker redelivers
+    replica.inject(status=503, routes=["health"], times=1)
+    response = reload(world, ns, pod)
+    assert response.status_code == 503, response.text
+    assert "/health" in response.text
+    assert replica.loaded == {}
+
+    data = reloaded(reload(world, ns, pod))
+    assert data["adapters"] == ["a1"]
+    assert replica.loaded == {"a1": path}
+
+
+def test_only_adapters_the_deployment_serves_are_reloaded(world: World) -> None:
+    ns = world.namespace()
+    make_adapter(world, ns, "mine")
+    make_adapter(world, ns, "theirs")
+    make_adapter(world, ns, "other-model", model="m2")
+    deployment(world, ns, "d1", 1, ["mine", "other-model"])
+    deployment(world, ns, "d2", 1, ["theirs"])
+    load(world, ns, "mine")
+    load(world, ns, "theirs")
+    (pod,) = pods(world, ns, "d1")
+    world.workload.restart(ns, pod)
+
+    data = reloaded(reload(world, ns, pod))
+    assert data["adapters"] == ["mine"]
+    assert set(loaded(world, ns, pod)) == {"mine"}
+    (other,) = pods(world, ns, "d2")
+    assert set(loaded(world, ns, other)) == {"theirs"}
+
+
+def test_pods_that_are_not_serving_pods_are_ignored(world: World) -> None:
+    ns = world.namespace()
+    world.core.create_namespaced_pod(
+        ns,
+        {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": "plain", "namespace": ns, "labels": {"app": "x"}},
+            "spec": {"containers": [{"name": "c", "image": "busybox"}]},
+        },
+    )
+    assert reload(world, ns, "plain").status_code == 204
+    gone = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "gone", "namespace": ns}}
+    assert world.post("reload", world.apiserver_event("update", gone)).status_code == 204
+
+
+def test_another_failing_pod_does_not_fail_this_reload(world: World) -> None:
+    ns = world.namespace()
+    path = make_adapter(world, ns, "a1")
+    deployment(world, ns, "d1", 2, ["a1"])
+    load(world, ns, "a1")
+    victim, broken = pods(world, ns, "d1")
+    world.workload.restart(ns, victim)
+    world.workload.replica(ns, broken).inject(status=500, routes=["models"], times=None)
+    try:
+        data = reloaded(reload(world, ns, victim))
+    finally:
+        world.workload.replica(ns, broken).clear_faults()
+    assert data["adapters"] == ["a1"]
+    assert loaded(world, ns, victim) == {"a1": path}
+    condition = loaded_condition(world, ns, "a1")
+    assert condition["status"] == "False" and f"{broken} (EngineUnreachable" in condition["message"]
+    # the broken pod's own event asks for a retry while it stays unreachable
+    world.workload.replica(ns, broken).inject(status=500, routes=["models"], times=1)
+    assert reload(world, ns, broken).status_code == 503
+    assert reload(world, ns, broken).status_code == 204
+    condition = loaded_condition(world, ns, "a1")
+    assert (condition["status"], condition["reason"]) == ("True", "Loaded")
