@@ -28,8 +28,9 @@ from uuid import uuid4
 
 import flask
 import functions_framework
+from cloudevents.conversion import to_binary
 from cloudevents.exceptions import GenericException
-from cloudevents.http import CloudEvent, from_http, to_binary
+from cloudevents.http import CloudEvent, from_http
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from pydantic import BaseModel, ValidationError
 
@@ -105,7 +106,8 @@ def parse(request: flask.Request) -> CloudEvent:
         raise Reject(f"body of {len(body)} bytes exceeds the {MAX_BODY_BYTES}-byte limit")
     try:
         event = from_http(dict(request.headers), body)
-    except (GenericException, ValueError, TypeError, AttributeError) as err:
+    except (GenericException, ValueError, TypeError, AttributeError, RecursionError) as err:
+        # RecursionError: JSON nested deeper than the decoder's limit (`[[[[...`) is garbage too.
         raise Reject(f"not a valid CloudEvent: {err}") from err
     for attribute in ("id", "source", "type"):
         if not isinstance(event.get(attribute), str) or not event.get(attribute):
@@ -119,7 +121,7 @@ def data_as(event: CloudEvent, model: type[P]) -> P:
     if isinstance(data, bytes | str):
         try:
             data = json.loads(data)
-        except (ValueError, UnicodeDecodeError) as err:
+        except (ValueError, UnicodeDecodeError, RecursionError) as err:
             raise Reject(f"data of {event['type']} is not JSON: {err}") from err
     try:
         return model.model_validate(data)

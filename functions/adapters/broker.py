@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import httpx
-from cloudevents.http import CloudEvent, to_binary
+from cloudevents.conversion import to_binary
+from cloudevents.http import CloudEvent
 
 from functions.errors import Retryable
 

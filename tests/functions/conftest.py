@@ -17,7 +17,8 @@ from typing import Any
 
 import httpx
 import pytest
-from cloudevents.http import CloudEvent, to_binary, to_structured
+from cloudevents.conversion import to_binary, to_structured
+from cloudevents.http import CloudEvent
 from kubernetes import client, config
 
 from devstack.filer import FilerServer
