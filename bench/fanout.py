@@ -1,0 +1,70 @@
+"""3. Fan-out: one Ready adapter into 50 replicas of a ModelDeployment at 100 ms engine latency.
+
+Measured: the load function's answer to `adapter.ready` (list deployments, list pods, 50
+listings, 50 loads with LORAFLOW_LOAD_CONCURRENCY in flight, one status write), a new adapter
+per repetition. Ideal: ceil(50 / concurrency) x 100 ms. Also measured once: the same 50 loads
+made pod after pod, directly against the engines (the speed-up the fan-out buys).
+Target: <= 1.3x the ideal.
+"""
+
+from __future__ import annotations
+
+import math
+
+import httpx
+
+from bench import world as w
+from bench.common import Result, median_of, percentile, timed
+from events.domain import ADAPTER_READY
+from functions.resources.kinds import VLLM_ADAPTER
+from functions.settings import Settings
+
+
+def run(smoke: bool) -> Result:
+    replicas = 5 if smoke else 50
+    latency = 0.02 if smoke else 0.1
+    repeats = 2 if smoke else 5
+    concurrency = Settings.from_env().load_concurrency
+    with w.world(load_latency_s=latency) as world:
+        ns = world.namespace()
+        names = [f"a{i}" for i in range(repeats + 1)]
+        world.deployment(ns, "d1", replicas, names)
+        world.workload.sync()
+        samples: list[float] = []
+        for name in names[:repeats]:
+            world.ready_adapter(ns, name)
+            event = w.event(ADAPTER_READY, w.adapter_data(VLLM_ADAPTER, ns, name))
+            responses: list[httpx.Response] = []
+            samples.append(timed(lambda e=event: responses.append(world.post("load", e))))
+            assert responses[0].status_code == 200, responses[0].text
+            assert all(name in r.loaded for _, r in world.workload.fleet.items())
+        # pod after pod, directly: the same loads without any fan-out
+        last = names[repeats]
+        world.put_files(ns, last)
+        path = w.engine_path(world, ns, last)
+        urls = [r.url for _, r in world.workload.fleet.items()]
+        with httpx.Client(timeout=30) as http:
+            sequential = timed(lambda: [w.direct_load(http, url, last, path) for url in urls])
+    ideal = math.ceil(replicas / concurrency) * latency
+    value = median_of(samples)
+    ratio = value / ideal
+    return Result(
+        name="fanout",
+        title=f"Fan-out: 1 adapter into {replicas} replicas at {int(latency * 1000)} ms engine latency",
+        value=round(value * 1000, 1),
+        unit="ms",
+        reference=round(ideal * 1000, 1),
+        ratio=round(ratio, 3),
+        target="<= 1.3x ideal ceil(N/concurrency) x latency",
+        met=ratio <= 1.3,
+        details={
+            "replicas": replicas,
+            "engine_latency_ms": latency * 1000,
+            "concurrency": concurrency,
+            "samples_ms": [round(s * 1000, 1) for s in samples],
+            "p90_ms": round(percentile(samples, 90) * 1000, 1),
+            "pod_after_pod_ms": round(sequential * 1000, 1),
+            "speedup_over_pod_after_pod": round(sequential / value, 2),
+        },
+        note=f"reference = ideal; {sequential / value:.1f}x faster than pod after pod",
+    )

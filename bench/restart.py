@@ -1,0 +1,102 @@
+"""2. Restart recovery: an engine replica restarts (its adapters are gone); from its Pod
+becoming Ready again to all of its 50 adapters loaded.
+
+The workload stand-in restarts the engine and flips the Pod back to Ready once /health
+answers; the reload function then gets the Pod's update event (posted as ApiServerSource
+would) and answers once every adapter is back. Measured with 0 engine latency (target
+<= 500 ms) and 100 ms (target <= 1.3x ideal ceil(50 / concurrency) x 100 ms).
+Reference for 0 latency: the same 50 loads made directly, with the same concurrency.
+"""
+
+from __future__ import annotations
+
+import math
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import httpx
+
+from bench import world as w
+from bench.common import Result, median_of, percentile, timed
+from functions.settings import Settings
+
+
+def _measure(adapters: int, latency: float, repeats: int) -> dict[str, Any]:
+    concurrency = Settings.from_env().load_concurrency
+    with w.world(load_latency_s=latency) as world:
+        ns = world.namespace()
+        names = [f"a{i:03d}" for i in range(adapters)]
+        world.deployment(ns, "d1", 1, names)
+        for name in names:
+            world.ready_adapter(ns, name)
+        world.workload.sync()
+        pod = world.pods(ns, "d1")[0]
+        replica = world.workload.replica(ns, pod)
+
+        def recover() -> None:
+            obj = world.core.api_client.sanitize_for_serialization(world.core.read_namespaced_pod(pod, ns))
+            obj.update(apiVersion="v1", kind="Pod")
+            response = world.post("reload", w.apiserver_event("update", obj))
+            assert response.status_code in (200, 204), response.text
+
+        recover()  # first fill (and warm-up): every adapter loaded once
+        assert len(replica.loaded) == adapters
+        samples: list[float] = []
+        for _ in range(repeats):
+            world.workload.restart(ns, pod, unhealthy_for_s=0.05, wait=True)
+            assert not replica.loaded
+            samples.append(timed(recover))
+            assert len(replica.loaded) == adapters, replica.loaded
+        # reference: the 50 engine calls alone, same concurrency, no Kubernetes, no function
+        reference: list[float] = []
+        with httpx.Client(timeout=30) as http:
+            for _ in range(repeats):
+                replica.restart(unhealthy_for_s=0.0)
+                w.wait_until(lambda: replica.healthy, 5)
+                paths = [(n, w.engine_path(world, ns, n)) for n in names]
+                with ThreadPoolExecutor(concurrency) as pool:
+                    reference.append(
+                        timed(lambda: list(pool.map(lambda a: w.direct_load(http, replica.url, *a), paths)))
+                    )
+    return {
+        "median_s": median_of(samples),
+        "p90_s": percentile(samples, 90),
+        "samples_ms": [round(s * 1000, 1) for s in samples],
+        "direct_s": median_of(reference),
+        "ideal_s": math.ceil(adapters / concurrency) * latency,
+        "concurrency": concurrency,
+    }
+
+
+def run(smoke: bool) -> Result:
+    adapters = 5 if smoke else 50
+    repeats = 2 if smoke else 5
+    slow_latency = 0.02 if smoke else 0.1
+    fast = _measure(adapters, 0.0, repeats)
+    slow = _measure(adapters, slow_latency, repeats)
+    value = fast["median_s"]
+    slow_ratio = slow["median_s"] / slow["ideal_s"]
+    met = value <= 0.5 and slow_ratio <= 1.3
+    return Result(
+        name="restart",
+        title=f"Restart recovery: {adapters} adapters back into a restarted replica",
+        value=round(value * 1000, 1),
+        unit="ms",
+        reference=round(fast["direct_s"] * 1000, 1),
+        ratio=round(value / fast["direct_s"], 2),
+        target=f"<= 500 ms at 0 latency; <= 1.3x ideal at {int(slow_latency * 1000)} ms latency",
+        met=met,
+        details={
+            "adapters": adapters,
+            "latency_0": {k: v for k, v in fast.items()},
+            f"latency_{int(slow_latency * 1000)}ms": {**slow, "ratio_to_ideal": round(slow_ratio, 3)},
+            "slow_median_ms": round(slow["median_s"] * 1000, 1),
+            "slow_ideal_ms": round(slow["ideal_s"] * 1000, 1),
+            "slow_ratio_to_ideal": round(slow_ratio, 3),
+        },
+        note=(
+            f"0 ms engine latency: reference = the {adapters} loads made directly; "
+            f"{int(slow_latency * 1000)} ms: {slow['median_s'] * 1000:.0f} ms vs ideal "
+            f"{slow['ideal_s'] * 1000:.0f} ms ({slow_ratio:.2f}x)"
+        ),
+    )

@@ -1,0 +1,300 @@
+"""A reusable bench fixture: the stand-ins and the real functions over HTTP, in this process.
+
+The same setup as tests/functions/conftest.py (Kubernetes stand-in with RBAC, filer, event
+sink, workload with engine replicas, every function served by functions-framework), as a
+context manager, plus the few helpers the benchmarks share (ready adapters, deployments,
+CloudEvents, a synchronous router that follows the Triggers without the broker).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import logging
+import os
+import secrets
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+from cloudevents.http import CloudEvent, from_http, to_binary
+from kubernetes import client, config
+
+from devstack.engines import EngineFleet
+from devstack.filer import FilerServer
+from devstack.functions_host import FunctionHost
+from devstack.kube import KubeServer
+from devstack.sink import EventSink
+from devstack.workload import Workload
+from events.domain import AdapterRef
+from functions._edge import reset_deps
+from functions.resources.kinds import MODEL as MODEL_KIND
+from functions.resources.kinds import MODEL_DEPLOYMENT, MODEL_DEPLOYMENT_LABEL, VLLM_ADAPTER, Kind
+
+ROOT = Path(__file__).resolve().parents[1]
+FUNCTIONS_USER = "system:serviceaccount:loraflow:loraflow-functions"
+MERGE = "application/merge-patch+json"
+MODEL = "m1"
+
+
+def ready_condition(reason: str = "IntegrityVerified") -> dict[str, str]:
+    return {
+        "type": "Ready",
+        "status": "True",
+        "reason": reason,
+        "message": "ok",
+        "lastTransitionTime": "2026-01-01T00:00:00Z",
+    }
+
+
+@dataclass
+class World:
+    kube: KubeServer
+    filer: FilerServer
+    sink: EventSink
+    workload: Workload
+    host: FunctionHost
+    api: client.ApiClient
+    data_dir: Path
+    http: httpx.Client = field(default_factory=lambda: httpx.Client(timeout=60))
+
+    @property
+    def custom(self) -> client.CustomObjectsApi:
+        return client.CustomObjectsApi(self.api)
+
+    @property
+    def core(self) -> client.CoreV1Api:
+        return client.CoreV1Api(self.api)
+
+    # -- Kubernetes ------------------------------------------------------------------------------
+    def namespace(self) -> str:
+        name = f"b-{secrets.token_hex(4)}"
+        self.core.create_namespace({"metadata": {"name": name}})
+        self.create(MODEL_KIND, name, {"metadata": {"name": MODEL}, "spec": {"displayName": "bench model"}})
+        return name
+
+    def create(self, kind: Kind, namespace: str, body: dict[str, Any]) -> dict[str, Any]:
+        body = {"apiVersion": kind.api_version, "kind": kind.kind, **body}
+        body.setdefault("metadata", {})["namespace"] = namespace
+        created: dict[str, Any] = self.custom.create_namespaced_custom_object(
+            kind.group, kind.version, namespace, kind.plural, body
+        )
+        return created
+
+    def get(self, kind: Kind, namespace: str, name: str) -> dict[str, Any]:
+        found: dict[str, Any] = self.custom.get_namespaced_custom_object(
+            kind.group, kind.version, namespace, kind.plural, name
+        )
+        return found
+
+    def patch_status(self, kind: Kind, namespace: str, name: str, status: dict[str, Any]) -> None:
+        self.custom.patch_namespaced_custom_object_status(
+            kind.group, kind.version, namespace, kind.plural, name, {"status": status}, _content_type=MERGE
+        )
+
+    def deployment(self, namespace: str, name: str, replicas: int, adapters: list[str]) -> None:
+        self.create(
+            MODEL_DEPLOYMENT,
+            namespace,
+            {
+                "metadata": {"name": name},
+                "spec": {"model": MODEL, "replicas": replicas, "loraAdapters": adapters},
+            },
+        )
+
+    def pods(self, namespace: str, deployment: str) -> list[str]:
+        return [
+            p["metadata"]["name"]
+            for p in self.workload.pods(namespace, f"{MODEL_DEPLOYMENT_LABEL}={deployment}")
+        ]
+
+    # -- storage ---------------------------------------------------------------------------------
+    def adapter_dir(self, namespace: str, name: str) -> str:
+        return f"/loraadapters/{namespace}/{MODEL}/{name}/"
+
+    def put_files(self, namespace: str, name: str, rank: int = 16) -> dict[str, str]:
+        """The two files of an adapter, through the filer's Python API (no HTTP, no notification);
+        returns their MD5s by path (what `spec.integrity.md5` declares)."""
+        base = self.adapter_dir(namespace, name)
+        files = {
+            base + "adapter_config.json": json.dumps({"peft_type": "LORA", "r": rank}).encode(),
+            base + "adapter_model.safetensors": b"weights",
+        }
+        for path, content in files.items():
+            self.filer.put_file(path, content)
+        return {
+            path: hashlib.md5(content, usedforsecurity=False).hexdigest() for path, content in files.items()
+        }
+
+    def spec(self, md5s: dict[str, str]) -> dict[str, Any]:
+        return {"model": MODEL, "integrity": {"md5": md5s}}
+
+    def ready_adapter(self, namespace: str, name: str) -> None:
+        """A seed-1 adapter whose files are in storage and verified (Ready=True), not yet loaded."""
+        self.put_files(namespace, name)
+        self.create(VLLM_ADAPTER, namespace, {"metadata": {"name": name}, "spec": {"model": MODEL}})
+        self.patch_status(
+            VLLM_ADAPTER,
+            namespace,
+            name,
+            {
+                "observedGeneration": 1,
+                "conditions": [ready_condition()],
+                "storageRef": {"path": self.adapter_dir(namespace, name)},
+            },
+        )
+
+    # -- events ----------------------------------------------------------------------------------
+    def post(self, function: str, event: CloudEvent) -> httpx.Response:
+        headers, body = to_binary(event)
+        return self.http.post(self.host.urls[function], headers=headers, content=body)
+
+
+def event(type_: str, data: Any, subject: str | None = None, **extensions: str) -> CloudEvent:
+    attributes = {"type": type_, "source": "/bench", "id": secrets.token_hex(8), **extensions}
+    if subject:
+        attributes["subject"] = subject
+    return CloudEvent(attributes, data)
+
+
+def adapter_data(kind: Kind, namespace: str, name: str) -> dict[str, Any]:
+    ref = AdapterRef.model_validate({"apiVersion": kind.api_version, "namespace": namespace, "name": name})
+    return {"adapter": ref.model_dump(by_alias=True)}
+
+
+def apiserver_event(verb: str, obj: dict[str, Any]) -> CloudEvent:
+    """What ApiServerSource (mode Resource) sends for `obj`."""
+    meta = obj["metadata"]
+    api_version = obj["apiVersion"]
+    plural = obj["kind"].lower() + "s"
+    prefix = "/api" if "/" not in api_version else "/apis"
+    return CloudEvent(
+        {
+            "type": f"dev.knative.apiserver.resource.{verb}",
+            "source": "https://127.0.0.1:6443",
+            "id": secrets.token_hex(8),
+            "subject": f"{prefix}/{api_version}/namespaces/{meta['namespace']}/{plural}/{meta['name']}",
+            "kind": obj["kind"],
+            "apiversion": api_version,
+            "name": meta["name"],
+            "namespace": meta["namespace"],
+            "datacontenttype": "application/json",
+        },
+        obj,
+    )
+
+
+def reply_of(response: httpx.Response) -> CloudEvent | None:
+    if response.status_code != 200 or "ce-type" not in response.headers:
+        return None
+    return from_http(dict(response.headers), response.content)
+
+
+@contextlib.contextmanager
+def env(**values: str) -> Iterator[None]:
+    saved = {key: os.environ.get(key) for key in values}
+    os.environ.update(values)
+    reset_deps()
+    try:
+        yield
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+        reset_deps()
+
+
+@contextlib.contextmanager
+def world(functions: bool = True, **engine_defaults: Any) -> Iterator[World]:
+    """Start the stand-ins (and the functions unless `functions=False`); stop them on exit."""
+    logging.getLogger("werkzeug").setLevel(logging.WARNING)
+    with tempfile.TemporaryDirectory(prefix="loraflow-bench-") as tmp:
+        base = Path(tmp)
+        data_dir = base / "filer"
+        data_dir.mkdir()
+        kube = KubeServer(crd_dir=ROOT / "knative" / "crds", rbac_dir=ROOT / "knative" / "rbac").start()
+        filer = FilerServer(data_dir=data_dir).start()
+        sink = EventSink().start()
+        admin_config = base / "admin.kubeconfig"
+        kube.write_kubeconfig(admin_config, kube.admin_token)
+        functions_config = base / "functions.kubeconfig"
+        kube.write_kubeconfig(functions_config, kube.issue_token(FUNCTIONS_USER))
+        api = config.new_client_from_config(str(admin_config))
+        settings = {
+            "KUBECONFIG": str(functions_config),
+            "LORAFLOW_FILER_URL": filer.url,
+            "LORAFLOW_MOUNT_ROOT": str(data_dir),
+            "LORAFLOW_ENGINE_TIMEOUT": "10",
+            "LORAFLOW_BROKER_URL": sink.url,
+            "K_SINK": sink.url,
+        }
+        # ephemeral ports: other processes (tests) may hold 127.0.0.x:8000 at the same time
+        workload = Workload(api, mount_root=data_dir, fleet=EngineFleet(port=0), **engine_defaults)
+        host = FunctionHost().start() if functions else FunctionHost(names=())
+        try:
+            with env(**settings):
+                yield World(kube, filer, sink, workload, host, api, data_dir)
+        finally:
+            host.stop()
+            workload.stop()
+            sink.stop()
+            filer.stop()
+            kube.stop()
+            api.close()
+
+
+def wait_until(check: Callable[[], bool], timeout: float, interval: float = 0.002) -> bool:
+    deadline = time.monotonic() + timeout
+    while not check():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(interval)
+    return True
+
+
+def engine_path(world: World, namespace: str, name: str) -> str:
+    from functions.logic.paths import engine_path as to_engine
+
+    return to_engine(str(world.data_dir), world.adapter_dir(namespace, name))
+
+
+def direct_load(http: httpx.Client, url: str, name: str, path: str) -> None:
+    """The one engine call a load needs, made directly (vLLM route)."""
+    response = http.post(url + "/v1/load_lora_adapter", json={"lora_name": name, "lora_path": path})
+    response.raise_for_status()
+
+
+def route(world: World, first: CloudEvent, function: str | None = None) -> list[tuple[str, str, int]]:
+    """Deliver `first` (to `function`, else by the Triggers), then every reply by the Triggers,
+    synchronously and breadth first, until nothing is left: the broker's routing without the
+    broker. Returns (function, event type, HTTP status) per delivery."""
+    from devstack.triggers import KNATIVE_DIR, load_triggers, render, subscriber_service
+
+    triggers = load_triggers(render(KNATIVE_DIR))
+    delivered: list[tuple[str, str, int]] = []
+    queue: list[tuple[str | None, CloudEvent]] = [(function, first)]
+    while queue:
+        target, current = queue.pop(0)
+        if target is not None:
+            destinations = [target]
+        else:
+            attrs = current.get_attributes()
+            destinations = []
+            for trigger in triggers:
+                name = (subscriber_service(trigger.subscriber) or "").removeprefix("loraflow-")
+                if name in world.host.urls and trigger.matches(attrs) and name not in destinations:
+                    destinations.append(name)
+        for name in destinations:
+            response = world.post(name, current)
+            delivered.append((name, current["type"], response.status_code))
+            reply = reply_of(response)
+            if reply is not None:
+                queue.append((None, reply))
+    return delivered
