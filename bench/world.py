@@ -236,7 +236,9 @@ def world(functions: bool = True, **engine_defaults: Any) -> Iterator[World]:
             "K_SINK": sink.url,
         }
         # ephemeral ports: other processes (tests) may hold 127.0.0.x:8000 at the same time
-        workload = Workload(api, mount_root=data_dir, fleet=EngineFleet(port=0), **engine_defaults)
+        workload = Workload(api, mount_root=data_dir, **engine_defaults)
+        # set after construction: Workload's `fleet or EngineFleet(8000)` drops an empty fleet
+        workload.fleet = EngineFleet(port=0)
         host = FunctionHost().start() if functions else FunctionHost(names=())
         try:
             with env(**settings):
@@ -298,3 +300,48 @@ def route(world: World, first: CloudEvent, function: str | None = None) -> list[
             if reply is not None:
                 queue.append((None, reply))
     return delivered
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def spawn(target: str, source: Path, port: int, extra_env: dict[str, str] | None = None) -> Any:
+    """`functions-framework --target <target>` in its own process (as in the container)."""
+    import subprocess
+    import sys
+
+    command = [sys.executable, "-m", "functions_framework", "--target", target, "--source", str(source)]
+    command += ["--host", "127.0.0.1", "--port", str(port), "--signature-type", "http"]
+    return subprocess.Popen(
+        command,
+        cwd=str(ROOT),
+        env={**os.environ, **(extra_env or {})},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+
+
+def first_answer(http: httpx.Client, url: str, event: CloudEvent, timeout: float = 30.0) -> httpx.Response:
+    """Post `event` until the server accepts the connection; the first answer."""
+    headers, body = to_binary(event)
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            return http.post(url, headers=headers, content=body)
+        except httpx.TransportError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.002)
+
+
+def peak_rss_mib(pid: int) -> float:
+    """VmHWM (peak resident set) of a live process, MiB."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
