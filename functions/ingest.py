@@ -172,7 +172,7 @@ def webhook(request: flask.Request, deps: _edge.Deps) -> CloudEvent | None:
         raise Reject(f"body of {len(body)} bytes exceeds the {_edge.MAX_BODY_BYTES}-byte limit")
     try:
         message = SeaweedWebhook.model_validate(json.loads(body))
-    except (ValueError, UnicodeDecodeError) as err:  # ValidationError is a ValueError
+    except (ValueError, UnicodeDecodeError, RecursionError) as err:  # ValidationError: a ValueError
         raise Reject(
             f"webhook body is not a SeaweedFS notification {{key, event_type, message}}: {err}"
         ) from err

@@ -17,7 +17,7 @@ from typing import Any
 from cloudevents.http import CloudEvent
 
 from events.domain import ADAPTER_DRIFTED, STEP_EXTENSION, AdapterDrifted, AdapterRef
-from events.external import PING
+from events.external import PING, PingData
 from functions import _edge
 from functions._edge import Deps
 from functions.logic import drift, targets
@@ -39,6 +39,8 @@ ACCEPTS = (PING,)
 
 
 def handle(event: CloudEvent, deps: Deps) -> _edge.Reply:
+    if event.get_data() not in (None, b"", ""):
+        _edge.data_as(event, PingData)  # a tick carries an object or nothing; garbage is a 400
     snapshot = observe(deps)
     for nudge in drift.drift(snapshot, deps.settings.mount_root):
         deps.broker.publish(to_event(nudge))

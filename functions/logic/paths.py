@@ -13,18 +13,27 @@ import re
 from functions.errors import Reject
 
 STORAGE_ROOT = "/loraadapters"
-_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
-_DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+_DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
+_DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
+"""Always used with fullmatch: `$` would also match before a trailing newline (`"ns\n"`)."""
+
+
+def _is_label(value: str) -> bool:
+    return len(value) <= 63 and _DNS_LABEL.fullmatch(value) is not None
+
+
+def _is_subdomain(value: str) -> bool:
+    return len(value) <= 253 and _DNS_SUBDOMAIN.fullmatch(value) is not None
 
 
 def check_label(value: str, what: str) -> str:
-    if len(value) > 63 or not _DNS_LABEL.match(value):
+    if not _is_label(value):
         raise Reject(f"{what} {value!r} is not a DNS label (RFC 1123)")
     return value
 
 
 def check_subdomain(value: str, what: str) -> str:
-    if len(value) > 253 or not _DNS_SUBDOMAIN.match(value):
+    if not _is_subdomain(value):
         raise Reject(f"{what} {value!r} is not a DNS subdomain (RFC 1123)")
     return value
 
@@ -68,6 +77,6 @@ def adapter_of_path(path: str) -> tuple[str, str, str] | None:
     if len(parts) < 6:
         return None
     namespace, model, name = parts[2], parts[3], parts[4]
-    if not (_DNS_LABEL.match(namespace) and _DNS_SUBDOMAIN.match(model) and _DNS_SUBDOMAIN.match(name)):
+    if not (_is_label(namespace) and _is_subdomain(model) and _is_subdomain(name)):
         return None
     return namespace, model, name
