@@ -115,3 +115,21 @@ def test_serve_writes_endpoints_and_stops_cleanly(served: tuple[subprocess.Popen
     assert process.wait(30) == 0
     assert time.monotonic() - started < 15
     assert not path.exists()
+
+
+def test_demo_converges_and_exits_zero() -> None:
+    """`make run`: the narrated lifecycle exits 0 and well under a minute."""
+    started = time.monotonic()
+    result = subprocess.run(
+        [sys.executable, "-m", "devstack", "demo"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "COLUMNS": "160"},
+    )
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    assert "everything converged" in result.stdout
+    for step in ("restarted", "scaled 3 -> 5", "unloaded from every pod", "IntegrityCheckFailed"):
+        assert step in result.stdout
+    assert time.monotonic() - started < 60
