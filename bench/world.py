@@ -22,7 +22,8 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-from cloudevents.http import CloudEvent, from_http, to_binary
+from cloudevents.conversion import to_binary
+from cloudevents.http import CloudEvent, from_http
 from kubernetes import client, config
 
 from devstack.engines import EngineFleet
