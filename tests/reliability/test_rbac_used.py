@@ -1,0 +1,207 @@
+"""RBAC least privilege, proven against the Kubernetes stand-in enforcing knative/rbac.
+
+The functions talk to the API with the `loraflow-functions` ServiceAccount token (see the
+harness), so every request they make is checked against the shipped ClusterRole. Here:
+(a) no request of that user was ever denied (the conftest records denials for the session);
+(b) one full lifecycle (admit, stat, verify, load, reload, resync, unload with deletion, a
+    Warning Event) uses every (verb, group, resource) the role grants, so nothing granted is
+    unused. Grants the functions never exercise are pinned in KNOWN_UNUSED and reported, so
+    that the role can be tightened (knative/ is not ours to edit).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+from cloudevents.http import CloudEvent, from_http
+
+from events.domain import ADAPTER_ADMITTED, ADAPTER_READY, ADAPTER_STAT_COMPLETED
+from events.external import PING
+from functions.resources.kinds import (
+    INFERENCE_SERVICE,
+    INFERENCE_SERVICE_LABEL,
+    MODEL,
+    MODEL_DEPLOYMENT,
+    MODEL_DEPLOYMENT_LABEL,
+    SGLANG_ADAPTER,
+    VLLM_ADAPTER,
+)
+from tests.functions.conftest import FUNCTIONS_USER, ROOT, World
+from tests.reliability.conftest import DENIALS
+
+Grant = tuple[str, str, str]  # (verb, apiGroup, resource[/subresource])
+
+# Granted in knative/rbac/functions.yaml but never used by any function (see the report):
+# nothing watches (every handler re-reads with get/list), writes are merge patches (never PUT),
+# Events are created once with core/v1 (never patched, never events.k8s.io), and Models are
+# only ever read by name.
+KNOWN_UNUSED: set[Grant] = {
+    *{
+        ("watch", g, r)
+        for g, r in (
+            ("rackai.rackspace.com", "loraadapters"),
+            ("rackai.rackspace.com", "models"),
+            ("rackai.rackspace.com", "modeldeployments"),
+            ("inference.rackai.rackspace.com", "loraadapters"),
+            ("inference.rackai.rackspace.com", "inferenceservices"),
+            ("", "pods"),
+        )
+    },
+    ("list", "rackai.rackspace.com", "models"),
+    *{
+        ("update", g, r)
+        for g in ("rackai.rackspace.com", "inference.rackai.rackspace.com")
+        for r in ("loraadapters", "loraadapters/status")
+    },
+    ("patch", "", "events"),
+    ("create", "events.k8s.io", "events"),
+    ("patch", "events.k8s.io", "events"),
+}
+
+
+def granted() -> set[Grant]:
+    """Every (verb, group, resource) the functions' ClusterRole/Roles grant (no wildcards)."""
+    out: set[Grant] = set()
+    for path in sorted((ROOT / "knative" / "rbac").glob("*.yaml")):
+        for doc in yaml.safe_load_all(Path(path).read_text()):
+            if not doc or doc.get("kind") not in ("ClusterRole", "Role"):
+                continue
+            if doc["metadata"]["name"] != "loraflow-functions":
+                continue
+            for rule in doc.get("rules") or []:
+                for verb in rule["verbs"]:
+                    for group in rule["apiGroups"]:
+                        for resource in rule["resources"]:
+                            assert "*" not in (verb, group, resource), f"wildcard grant in {path}"
+                            out.add((verb, group, resource))
+    return out
+
+
+def used(world: World) -> set[Grant]:
+    return {
+        (r.verb, r.group, f"{r.resource}/{r.subresource}" if r.subresource else r.resource)
+        for r in world.kube.authorized_requests
+        if r.user == FUNCTIONS_USER
+    }
+
+
+def md5(data: bytes) -> str:
+    return hashlib.md5(data, usedforsecurity=False).hexdigest()
+
+
+def send(
+    world: World, function: str, event: CloudEvent, ok: tuple[int, ...] = (200, 204)
+) -> CloudEvent | None:
+    response = world.post(function, event)
+    assert response.status_code in ok, f"{function}: {response.status_code} {response.text}"
+    return from_http(dict(response.headers), response.content) if response.status_code == 200 else None
+
+
+def lifecycle(world: World) -> None:
+    """Both seeds, end to end, by posting what the Broker would deliver."""
+    ns = world.namespace()
+    config = json.dumps({"peft_type": "LORA", "r": 8, "lora_alpha": 16}).encode()
+    weights = b"weights-" * 64
+    directory = f"/loraadapters/{ns}/m1/a/"
+    world.upload(directory + "adapter_config.json", config)
+    world.upload(directory + "adapter_model.safetensors", weights)
+    world.create(MODEL, ns, {"metadata": {"name": "m1"}, "spec": {}})
+    world.create(
+        MODEL_DEPLOYMENT,
+        ns,
+        {"metadata": {"name": "md"}, "spec": {"model": "m1", "replicas": 1, "loraAdapters": ["a"]}},
+    )
+    world.workload.sync()
+    integrity = {
+        directory + "adapter_config.json": md5(config),
+        directory + "adapter_model.safetensors": md5(weights),
+    }
+    created = world.create(
+        VLLM_ADAPTER,
+        ns,
+        {"metadata": {"name": "a"}, "spec": {"model": "m1", "integrity": {"md5": integrity}}},
+    )
+    admitted = send(world, "admit", world.apiserver_event("add", created))
+    assert admitted is not None and admitted["type"] == ADAPTER_ADMITTED
+    observed = send(world, "stat", admitted)
+    assert observed is not None and observed["type"] == ADAPTER_STAT_COMPLETED
+    ready = send(world, "verify", observed)
+    assert ready is not None and ready["type"] == ADAPTER_READY
+    assert send(world, "load", ready) is not None
+    # a Warning Event (record_event): an adapter for a Model that does not exist
+    missing = world.create(VLLM_ADAPTER, ns, {"metadata": {"name": "b"}, "spec": {"model": "nope"}})
+    send(world, "admit", world.apiserver_event("add", missing))
+    # reload: the serving pod comes back (its engine lost the adapter)
+    (pod,) = world.workload.pods(ns, f"{MODEL_DEPLOYMENT_LABEL}=md")
+    world.workload.restart(ns, pod["metadata"]["name"])
+    fresh = world.core.read_namespaced_pod(pod["metadata"]["name"], ns)
+    pod_obj = world.api.sanitize_for_serialization(fresh)
+    pod_obj.update(apiVersion="v1", kind="Pod")
+    send(world, "reload", world.apiserver_event("update", pod_obj))
+    # seed 2: an InferenceService running sglang and an adapter targeting it
+    world.create(
+        INFERENCE_SERVICE, ns, {"metadata": {"name": "isvc"}, "spec": {"runtime": "sglang", "replicas": 1}}
+    )
+    world.workload.sync()
+    assert world.workload.pods(ns, f"{INFERENCE_SERVICE_LABEL}=isvc")
+    v2 = world.create(
+        SGLANG_ADAPTER,
+        ns,
+        {
+            "metadata": {"name": "s"},
+            "spec": {"inferenceServiceRef": {"name": "isvc"}, "name": "s", "path": "/m/s"},
+        },
+    )
+    admitted2 = send(world, "admit", world.apiserver_event("add", v2))
+    assert admitted2 is not None
+    send(world, "load", admitted2, ok=(200, 204, 503))
+    # resync: the periodic tick lists everything
+    send(world, "resync", world.event(PING, {"resync": True}))
+    # unload: the adapter is deleted; our finalizer holds it until every pod is clean
+    world.custom.delete_namespaced_custom_object(
+        VLLM_ADAPTER.group, VLLM_ADAPTER.version, ns, VLLM_ADAPTER.plural, "a"
+    )
+    deleting = world.get(VLLM_ADAPTER, ns, "a")
+    assert deleting is not None and deleting["metadata"].get("deletionTimestamp")
+    send(world, "unload", world.apiserver_event("update", deleting))
+    assert world.get(VLLM_ADAPTER, ns, "a") is None, "finalizer not removed"
+
+
+@pytest.fixture(scope="module")
+def lived(world: World) -> World:
+    lifecycle(world)
+    return world
+
+
+def test_the_functions_run_as_the_service_account(lived: World) -> None:
+    assert used(lived), "no request was authorized for the functions' ServiceAccount"
+
+
+def test_no_request_of_the_functions_was_denied(lived: World) -> None:
+    mine = [d for d in DENIALS if d.user == FUNCTIONS_USER]
+    assert mine == [], f"RBAC denied the functions: {mine}"
+
+
+def test_every_request_was_within_the_grants(lived: World) -> None:
+    assert used(lived) <= granted()
+
+
+def test_no_unused_grant_beyond_the_known_ones(lived: World) -> None:
+    """New unused privileges fail here; KNOWN_UNUSED must shrink as the role is tightened."""
+    unused = granted() - used(lived)
+    assert unused <= KNOWN_UNUSED, f"granted but never used: {sorted(unused - KNOWN_UNUSED)}"
+    assert granted() >= KNOWN_UNUSED, (
+        f"no longer granted (drop from KNOWN_UNUSED): {KNOWN_UNUSED - granted()}"
+    )
+
+
+@pytest.mark.xfail(
+    strict=True, reason="knative/rbac/functions.yaml grants verbs no function uses (KNOWN_UNUSED)"
+)
+def test_every_granted_verb_is_used(lived: World) -> None:
+    unused = granted() - used(lived)
+    assert not unused, f"granted but never used: {sorted(unused)}"
