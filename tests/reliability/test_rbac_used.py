@@ -35,34 +35,6 @@ from tests.reliability.conftest import DENIALS
 
 Grant = tuple[str, str, str]  # (verb, apiGroup, resource[/subresource])
 
-# Granted in knative/rbac/functions.yaml but never used by any function (see the report):
-# nothing watches (every handler re-reads with get/list), writes are merge patches (never PUT),
-# Events are created once with core/v1 (never patched, never events.k8s.io), and Models are
-# only ever read by name.
-KNOWN_UNUSED: set[Grant] = {
-    *{
-        ("watch", g, r)
-        for g, r in (
-            ("rackai.rackspace.com", "loraadapters"),
-            ("rackai.rackspace.com", "models"),
-            ("rackai.rackspace.com", "modeldeployments"),
-            ("inference.rackai.rackspace.com", "loraadapters"),
-            ("inference.rackai.rackspace.com", "inferenceservices"),
-            ("", "pods"),
-        )
-    },
-    ("list", "rackai.rackspace.com", "models"),
-    *{
-        ("update", g, r)
-        for g in ("rackai.rackspace.com", "inference.rackai.rackspace.com")
-        for r in ("loraadapters", "loraadapters/status")
-    },
-    ("patch", "", "events"),
-    ("create", "events.k8s.io", "events"),
-    ("patch", "events.k8s.io", "events"),
-}
-
-
 def granted() -> set[Grant]:
     """Every (verb, group, resource) the functions' ClusterRole/Roles grant (no wildcards)."""
     out: set[Grant] = set()
@@ -190,18 +162,7 @@ def test_every_request_was_within_the_grants(lived: World) -> None:
     assert used(lived) <= granted()
 
 
-def test_no_unused_grant_beyond_the_known_ones(lived: World) -> None:
-    """New unused privileges fail here; KNOWN_UNUSED must shrink as the role is tightened."""
-    unused = granted() - used(lived)
-    assert unused <= KNOWN_UNUSED, f"granted but never used: {sorted(unused - KNOWN_UNUSED)}"
-    assert granted() >= KNOWN_UNUSED, (
-        f"no longer granted (drop from KNOWN_UNUSED): {KNOWN_UNUSED - granted()}"
-    )
-
-
-@pytest.mark.xfail(
-    strict=True, reason="knative/rbac/functions.yaml grants verbs no function uses (KNOWN_UNUSED)"
-)
 def test_every_granted_verb_is_used(lived: World) -> None:
+    """Least privilege: the shipped role grants nothing the functions do not use."""
     unused = granted() - used(lived)
     assert not unused, f"granted but never used: {sorted(unused)}"
