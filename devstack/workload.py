@@ -36,7 +36,6 @@ from functions.resources.kinds import (
     Kind,
 )
 
-ENGINE_PORT = 8000
 IMAGES = {"vllm": "vllm/vllm-openai:v0.11.0", "sglang": "lmsysorg/sglang:v0.5.3"}
 OWNER_LABELS = {
     MODEL_DEPLOYMENT.kind: MODEL_DEPLOYMENT_LABEL,
@@ -58,7 +57,9 @@ class Workload:
     ) -> None:
         self._custom = client.CustomObjectsApi(api)
         self._core = client.CoreV1Api(api)
-        self.fleet = fleet or EngineFleet(port=ENGINE_PORT)
+        # Port 0: every replica has its own address already; an ephemeral port keeps parallel
+        # test processes from colliding on 127.0.0.x:8000.
+        self.fleet = fleet if fleet is not None else EngineFleet(port=0)
         self.mount_root = mount_root
         self.engine_defaults = engine_defaults
         self._lock = threading.RLock()
