@@ -35,7 +35,7 @@ def test_sqs_notifications_reach_ingest_through_the_broker() -> None:
             if e["type"] == "dev.knative.eventing.aws-sqs" and e["outcome"] == "delivered"
         ]
         assert ingested and {e["trigger"] for e in ingested} == {"loraflow-ingest-sqs"}
-        assert stack.bridge.sent >= 2
+        eventually(lambda: stack.bridge.sent >= 2, what="both uploads bridged from SQS")
 
 
 def test_duplicated_and_shuffled_deliveries_still_converge() -> None:
