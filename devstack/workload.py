@@ -230,12 +230,12 @@ class Workload:
 
     def _events(self, kind: Kind) -> Iterator[Any]:
         stream = watch.Watch().stream(
-            self._custom.list_cluster_custom_object, kind.group, kind.version, kind.plural, timeout_seconds=5
+            self._custom.list_cluster_custom_object, kind.group, kind.version, kind.plural, timeout_seconds=1
         )
         yield from stream
 
     def stop(self) -> None:
         self._stop.set()
         for thread in self._threads:
-            thread.join(timeout=6)
+            thread.join(timeout=3)
         self.fleet.stop_all()
