@@ -10,9 +10,9 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.cli.conftest import Stack
 from functions.resources.kinds import INFERENCE_SERVICE, MODEL_DEPLOYMENT, SGLANG_ADAPTER, VLLM_ADAPTER, Kind
 from loraflow.status import age, human_size, last_reason
+from tests.cli.conftest import Stack
 
 MODEL = "llama3-8b"
 NOW = "2026-11-30T05:00:00Z"

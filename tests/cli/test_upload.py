@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.cli.conftest import Stack
 from functions.resources.kinds import VLLM_ADAPTER
 from loraflow.upload import md5_of, stored_md5s
+from tests.cli.conftest import Stack
 
 MODEL = "llama3-8b"
 
