@@ -1,6 +1,6 @@
 """functions-framework source: every step, chosen at run time by FUNCTION_TARGET.
 
-    functions-framework --source main.py --target admit --signature-type http
+functions-framework --source main.py --target admit --signature-type http
 """
 
 from functions.admit import admit

@@ -35,6 +35,7 @@ from tests.reliability.conftest import DENIALS
 
 Grant = tuple[str, str, str]  # (verb, apiGroup, resource[/subresource])
 
+
 def granted() -> set[Grant]:
     """Every (verb, group, resource) the functions' ClusterRole/Roles grant (no wildcards)."""
     out: set[Grant] = set()

@@ -33,79 +33,127 @@ def _strip(schema: Any) -> Any:
 def seed_crd() -> dict[str, Any]:
     """A LoRAAdapter CRD built from the seed's schema (tests' own fixture)."""
     schema = _strip(json.loads(SEED.read_text())["components"]["schemas"]["LoRAAdapter"])
-    columns = [{"name": "Phase", "type": "string", "jsonPath": ".status.phase"},
-               {"name": "Model", "type": "string", "jsonPath": ".spec.model"},
-               {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"}]
+    columns = [
+        {"name": "Phase", "type": "string", "jsonPath": ".status.phase"},
+        {"name": "Model", "type": "string", "jsonPath": ".spec.model"},
+        {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
+    ]
     return {
-        "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
         "metadata": {"name": f"{PLURAL}.{GROUP}"},
-        "spec": {"group": GROUP, "scope": "Namespaced",
-                 "names": {"kind": "LoRAAdapter", "plural": PLURAL, "singular": "loraadapter",
-                           "listKind": "LoRAAdapterList", "shortNames": ["lora"]},
-                 "versions": [{"name": VERSION, "served": True, "storage": True,
-                               "subresources": {"status": {}},
-                               "additionalPrinterColumns": columns,
-                               "schema": {"openAPIV3Schema": schema}}]},
+        "spec": {
+            "group": GROUP,
+            "scope": "Namespaced",
+            "names": {
+                "kind": "LoRAAdapter",
+                "plural": PLURAL,
+                "singular": "loraadapter",
+                "listKind": "LoRAAdapterList",
+                "shortNames": ["lora"],
+            },
+            "versions": [
+                {
+                    "name": VERSION,
+                    "served": True,
+                    "storage": True,
+                    "subresources": {"status": {}},
+                    "additionalPrinterColumns": columns,
+                    "schema": {"openAPIV3Schema": schema},
+                }
+            ],
+        },
     }
 
 
 def gadget_crd() -> dict[str, Any]:
     """A small CRD exercising defaults, enum, int-or-string, sets and preserved fields."""
     spec_schema = {
-        "type": "object", "required": ["size"],
+        "type": "object",
+        "required": ["size"],
         "properties": {
-            "size": {"x-kubernetes-int-or-string": True,
-                     "anyOf": [{"type": "integer"}, {"type": "string"}],
-                     "pattern": "^[0-9]+(Mi|Gi)$"},
+            "size": {
+                "x-kubernetes-int-or-string": True,
+                "anyOf": [{"type": "integer"}, {"type": "string"}],
+                "pattern": "^[0-9]+(Mi|Gi)$",
+            },
             "color": {"type": "string", "enum": ["red", "blue"], "default": "red"},
             "replicas": {"type": "integer", "minimum": 0, "maximum": 5, "default": 1},
-            "tags": {"type": "array", "items": {"type": "string"},
-                     "x-kubernetes-list-type": "set"},
-            "labels": {"type": "object", "additionalProperties": {"type": "string",
-                                                                   "maxLength": 3}},
+            "tags": {"type": "array", "items": {"type": "string"}, "x-kubernetes-list-type": "set"},
+            "labels": {"type": "object", "additionalProperties": {"type": "string", "maxLength": 3}},
             "extra": {"type": "object", "x-kubernetes-preserve-unknown-fields": True},
             "note": {"type": "string", "nullable": True},
             "at": {"type": "string", "format": "date-time"},
-            "serial": {"type": "string", "x-kubernetes-validations": [
-                {"rule": "self == oldSelf", "message": "serial is immutable"}]},
-            "even": {"type": "integer", "x-kubernetes-validations": [
-                {"rule": "self % 2 == 0", "messageExpression": "'odd: ' + string(self)"}]},
+            "serial": {
+                "type": "string",
+                "x-kubernetes-validations": [{"rule": "self == oldSelf", "message": "serial is immutable"}],
+            },
+            "even": {
+                "type": "integer",
+                "x-kubernetes-validations": [
+                    {"rule": "self % 2 == 0", "messageExpression": "'odd: ' + string(self)"}
+                ],
+            },
         },
     }
     return {
-        "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
         "metadata": {"name": "gadgets.test.loraflow.io"},
-        "spec": {"group": "test.loraflow.io", "scope": "Namespaced",
-                 "names": {"kind": "Gadget", "plural": "gadgets", "singular": "gadget"},
-                 "versions": [{"name": "v1", "served": True, "storage": True,
-                               "schema": {"openAPIV3Schema": {
-                                   "type": "object",
-                                   "properties": {"spec": spec_schema,
-                                                  "status": {"type": "object",
-                                                             "x-kubernetes-preserve-unknown-fields": True}},
-                               }}}]},
+        "spec": {
+            "group": "test.loraflow.io",
+            "scope": "Namespaced",
+            "names": {"kind": "Gadget", "plural": "gadgets", "singular": "gadget"},
+            "versions": [
+                {
+                    "name": "v1",
+                    "served": True,
+                    "storage": True,
+                    "schema": {
+                        "openAPIV3Schema": {
+                            "type": "object",
+                            "properties": {
+                                "spec": spec_schema,
+                                "status": {"type": "object", "x-kubernetes-preserve-unknown-fields": True},
+                            },
+                        }
+                    },
+                }
+            ],
+        },
     }
 
 
 FIXTURE_ROLES = [
-    {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
-     "metadata": {"name": "reader"},
-     "rules": [{"apiGroups": [GROUP], "resources": [PLURAL], "verbs": ["get", "list", "watch"]},
-               {"apiGroups": [GROUP], "resources": [f"{PLURAL}/status"], "verbs": ["patch"]}]},
-    {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
-     "metadata": {"name": "reader"},
-     "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "reader"},
-     "subjects": [{"kind": "ServiceAccount", "name": "loraflow-functions",
-                   "namespace": "loraflow"}]},
-    {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
-     "metadata": {"name": "pod-writer", "namespace": "default"},
-     "rules": [{"apiGroups": [""], "resources": ["pods"], "verbs": ["create"],
-                "resourceNames": []}]},
-    {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
-     "metadata": {"name": "pod-writer", "namespace": "default"},
-     "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "pod-writer"},
-     "subjects": [{"kind": "ServiceAccount", "name": "loraflow-functions",
-                   "namespace": "loraflow"}]},
+    {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "ClusterRole",
+        "metadata": {"name": "reader"},
+        "rules": [
+            {"apiGroups": [GROUP], "resources": [PLURAL], "verbs": ["get", "list", "watch"]},
+            {"apiGroups": [GROUP], "resources": [f"{PLURAL}/status"], "verbs": ["patch"]},
+        ],
+    },
+    {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "ClusterRoleBinding",
+        "metadata": {"name": "reader"},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "reader"},
+        "subjects": [{"kind": "ServiceAccount", "name": "loraflow-functions", "namespace": "loraflow"}],
+    },
+    {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "Role",
+        "metadata": {"name": "pod-writer", "namespace": "default"},
+        "rules": [{"apiGroups": [""], "resources": ["pods"], "verbs": ["create"], "resourceNames": []}],
+    },
+    {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "RoleBinding",
+        "metadata": {"name": "pod-writer", "namespace": "default"},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "pod-writer"},
+        "subjects": [{"kind": "ServiceAccount", "name": "loraflow-functions", "namespace": "loraflow"}],
+    },
 ]
 
 
@@ -171,5 +219,9 @@ def make_adapter() -> Callable[..., dict[str, Any]]:
 
 
 def adapter(name: str, model: str = "llama3-8b-base", **spec: Any) -> dict[str, Any]:
-    return {"apiVersion": f"{GROUP}/{VERSION}", "kind": "LoRAAdapter",
-            "metadata": {"name": name}, "spec": {"model": model, **spec}}
+    return {
+        "apiVersion": f"{GROUP}/{VERSION}",
+        "kind": "LoRAAdapter",
+        "metadata": {"name": name},
+        "spec": {"model": model, **spec},
+    }

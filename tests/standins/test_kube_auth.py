@@ -24,19 +24,27 @@ def test_missing_or_unknown_token_is_401(kube_server: KubeServer) -> None:
     for headers in ({}, {"Authorization": "Bearer nope"}, {"Authorization": "Basic eDp5"}):
         response = httpx.get(url, headers=headers)
         assert response.status_code == 401
-        assert response.json() == {"kind": "Status", "apiVersion": "v1", "metadata": {},
-                                   "status": "Failure", "message": "Unauthorized",
-                                   "reason": "Unauthorized", "code": 401}
+        assert response.json() == {
+            "kind": "Status",
+            "apiVersion": "v1",
+            "metadata": {},
+            "status": "Failure",
+            "message": "Unauthorized",
+            "reason": "Unauthorized",
+            "code": 401,
+        }
     assert httpx.get(f"{kube_server.url}/version").status_code == 401
-    with client.ApiClient(kube_server.client_configuration("wrong")) as api, \
-            pytest.raises(ApiException) as caught:
+    with (
+        client.ApiClient(kube_server.client_configuration("wrong")) as api,
+        pytest.raises(ApiException) as caught,
+    ):
         client.CustomObjectsApi(api).list_namespaced_custom_object(GROUP, VERSION, NS, PLURAL)
     assert caught.value.status == 401
 
 
-def test_rbac_allows_granted_verbs_and_forbids_others(kube_server: KubeServer,
-                                                      custom: client.CustomObjectsApi,
-                                                      make_adapter: Factory) -> None:
+def test_rbac_allows_granted_verbs_and_forbids_others(
+    kube_server: KubeServer, custom: client.CustomObjectsApi, make_adapter: Factory
+) -> None:
     custom.create_namespaced_custom_object(GROUP, VERSION, NS, PLURAL, make_adapter("r1"))
     token = kube_server.issue_token(SA)
     with client.ApiClient(kube_server.client_configuration(token)) as api:
@@ -44,7 +52,8 @@ def test_rbac_allows_granted_verbs_and_forbids_others(kube_server: KubeServer,
         assert len(sa.list_namespaced_custom_object(GROUP, VERSION, NS, PLURAL)["items"]) == 1
         assert sa.get_namespaced_custom_object(GROUP, VERSION, NS, PLURAL, "r1")
         patched = sa.patch_namespaced_custom_object_status(
-            GROUP, VERSION, NS, PLURAL, "r1", {"status": {"phase": "Ready"}})
+            GROUP, VERSION, NS, PLURAL, "r1", {"status": {"phase": "Ready"}}
+        )
         assert patched["status"]["phase"] == "Ready"
         with pytest.raises(ApiException) as caught:
             sa.delete_namespaced_custom_object(GROUP, VERSION, NS, PLURAL, "r1")
@@ -53,9 +62,12 @@ def test_rbac_allows_granted_verbs_and_forbids_others(kube_server: KubeServer,
         assert body["message"] == (
             'loraadapters.rackai.rackspace.com "r1" is forbidden: User "system:serviceaccount:'
             'loraflow:loraflow-functions" cannot delete resource "loraadapters" in API group '
-            '"rackai.rackspace.com" in the namespace "default"')
+            '"rackai.rackspace.com" in the namespace "default"'
+        )
         assert (body["reason"], body["details"]) == (
-            "Forbidden", {"name": "r1", "group": GROUP, "kind": PLURAL})
+            "Forbidden",
+            {"name": "r1", "group": GROUP, "kind": PLURAL},
+        )
         with pytest.raises(ApiException) as caught:
             sa.patch_namespaced_custom_object(GROUP, VERSION, NS, PLURAL, "r1", {"spec": {}})
         assert caught.value.status == 403
@@ -65,7 +77,8 @@ def test_rbac_allows_granted_verbs_and_forbids_others(kube_server: KubeServer,
         assert caught.value.status == 403
         assert json.loads(caught.value.body)["message"] == (
             f'pods is forbidden: User "{SA}" cannot list resource "pods" in API group "" in the '
-            'namespace "kube-system"')
+            'namespace "kube-system"'
+        )
         pod = {"metadata": {"name": "p"}, "spec": {"containers": [{"name": "c", "image": "i"}]}}
         assert core.create_namespaced_pod(NS, pod).metadata.name == "p"  # RoleBinding in default
         with pytest.raises(ApiException) as caught:
@@ -83,9 +96,13 @@ def test_project_rbac_roles(real_kube_server: KubeServer) -> None:
     token = real_kube_server.issue_token(SA)
     with client.ApiClient(real_kube_server.client_configuration(token)) as api:
         sa = client.CustomObjectsApi(api)
-        for group, plural in ((GROUP, PLURAL), (GROUP, "models"), (GROUP, "modeldeployments"),
-                              ("inference.rackai.rackspace.com", PLURAL),
-                              ("inference.rackai.rackspace.com", "inferenceservices")):
+        for group, plural in (
+            (GROUP, PLURAL),
+            (GROUP, "models"),
+            (GROUP, "modeldeployments"),
+            ("inference.rackai.rackspace.com", PLURAL),
+            ("inference.rackai.rackspace.com", "inferenceservices"),
+        ):
             assert sa.list_cluster_custom_object(group, VERSION, plural)["items"] == []
         assert client.CoreV1Api(api).list_pod_for_all_namespaces().items == []
         with pytest.raises(ApiException) as caught:

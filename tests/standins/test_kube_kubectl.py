@@ -49,8 +49,9 @@ def kubectl(tls_server: KubeServer, tmp_path: Path) -> Kubectl:
 
     def run(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
         assert KUBECTL is not None
-        result = subprocess.run([KUBECTL, "--kubeconfig", str(config), *args],
-                                capture_output=True, text=True, timeout=30)
+        result = subprocess.run(
+            [KUBECTL, "--kubeconfig", str(config), *args], capture_output=True, text=True, timeout=30
+        )
         if check:
             assert result.returncode == 0, result.stderr
         return result
@@ -61,32 +62,43 @@ def kubectl(tls_server: KubeServer, tmp_path: Path) -> Kubectl:
 def test_kubectl_apply_get_describe_patch_delete(kubectl: Kubectl, tmp_path: Path) -> None:
     manifest = tmp_path / "adapter.yaml"
     manifest.write_text(MANIFEST)
-    assert "loraadapter.rackai.rackspace.com/demo created" in kubectl("apply", "-f",
-                                                                      str(manifest)).stdout
+    assert "loraadapter.rackai.rackspace.com/demo created" in kubectl("apply", "-f", str(manifest)).stdout
     assert "unchanged" in kubectl("apply", "-f", str(manifest)).stdout
     table = kubectl("get", "loraadapters.rackai.rackspace.com").stdout.splitlines()
     header = table[0].split()
     assert header[:2] == ["NAME", "PHASE"]
     assert "AGE" in header
     assert table[1].split()[0] == "demo"
-    as_yaml = yaml.safe_load(kubectl("get", "loraadapters.rackai.rackspace.com", "demo",
-                                     "-o", "yaml").stdout)
+    as_yaml = yaml.safe_load(kubectl("get", "loraadapters.rackai.rackspace.com", "demo", "-o", "yaml").stdout)
     assert as_yaml["spec"]["model"] == "llama3-8b-base"
     assert as_yaml["metadata"]["generation"] == 1
     described = kubectl("describe", "loraadapters.rackai.rackspace.com", "demo").stdout
     assert "Name:         demo" in described
     assert "llama3-8b-base" in described
-    patched = kubectl("patch", "loraadapters.rackai.rackspace.com", "demo",
-                      "--subresource=status", "--type=merge",
-                      "-p", '{"status":{"phase":"Ready"}}')
+    patched = kubectl(
+        "patch",
+        "loraadapters.rackai.rackspace.com",
+        "demo",
+        "--subresource=status",
+        "--type=merge",
+        "-p",
+        '{"status":{"phase":"Ready"}}',
+    )
     assert "patched" in patched.stdout
     row = kubectl("get", "loraadapters.rackai.rackspace.com", "demo").stdout.splitlines()[1]
     assert "Ready" in row.split()
-    bad = kubectl("patch", "loraadapters.rackai.rackspace.com", "demo", "--type=merge",
-                  "-p", '{"spec":{"integrity":{"md5":{"relative":"x"}}}}', check=False)
+    bad = kubectl(
+        "patch",
+        "loraadapters.rackai.rackspace.com",
+        "demo",
+        "--type=merge",
+        "-p",
+        '{"spec":{"integrity":{"md5":{"relative":"x"}}}}',
+        check=False,
+    )
     assert bad.returncode != 0
     assert "absolute storage paths" in bad.stderr
-    assert 'deleted' in kubectl("delete", "loraadapters.rackai.rackspace.com", "demo").stdout
+    assert "deleted" in kubectl("delete", "loraadapters.rackai.rackspace.com", "demo").stdout
     gone = kubectl("get", "loraadapters.rackai.rackspace.com", "demo", check=False)
     assert gone.returncode != 0
     assert "NotFound" in gone.stderr or "not found" in gone.stderr
@@ -98,10 +110,20 @@ def test_kubectl_get_watch(kubectl: Kubectl, tls_server: KubeServer, tmp_path: P
     kubectl("apply", "-f", str(manifest))
     config = tmp_path / "kubeconfig"
     assert KUBECTL is not None
-    process = subprocess.Popen([KUBECTL, "--kubeconfig", str(config), "get",
-                                "loraadapters.rackai.rackspace.com", "--watch",
-                                "--request-timeout=20s"],
-                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    process = subprocess.Popen(
+        [
+            KUBECTL,
+            "--kubeconfig",
+            str(config),
+            "get",
+            "loraadapters.rackai.rackspace.com",
+            "--watch",
+            "--request-timeout=20s",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert process.stdout is not None
         header = process.stdout.readline()
@@ -109,8 +131,15 @@ def test_kubectl_get_watch(kubectl: Kubectl, tls_server: KubeServer, tmp_path: P
         assert "NAME" in header
         assert first.split()[0] == "demo"
         time.sleep(0.3)
-        kubectl("patch", "loraadapters.rackai.rackspace.com", "demo", "--subresource=status",
-                "--type=merge", "-p", '{"status":{"phase":"Processing"}}')
+        kubectl(
+            "patch",
+            "loraadapters.rackai.rackspace.com",
+            "demo",
+            "--subresource=status",
+            "--type=merge",
+            "-p",
+            '{"status":{"phase":"Processing"}}',
+        )
         deadline = time.monotonic() + 10
         update = ""
         while time.monotonic() < deadline and "Processing" not in update:
@@ -123,11 +152,24 @@ def test_kubectl_get_watch(kubectl: Kubectl, tls_server: KubeServer, tmp_path: P
 
 def test_kubectl_pods_and_namespaces(kubectl: Kubectl, tmp_path: Path) -> None:
     pod = tmp_path / "pod.yaml"
-    pod.write_text(yaml.safe_dump({
-        "apiVersion": "v1", "kind": "Pod",
-        "metadata": {"name": "engine-0", "labels": {"loraflow.io/serving": "true"}},
-        "spec": {"containers": [{"name": "engine", "image": "vllm",
-                                 "ports": [{"name": "http", "containerPort": 8000}]}]}}))
+    pod.write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "metadata": {"name": "engine-0", "labels": {"loraflow.io/serving": "true"}},
+                "spec": {
+                    "containers": [
+                        {
+                            "name": "engine",
+                            "image": "vllm",
+                            "ports": [{"name": "http", "containerPort": 8000}],
+                        }
+                    ]
+                },
+            }
+        )
+    )
     kubectl("apply", "-f", str(pod))
     kubectl("apply", "-f", str(pod))
     header = kubectl("get", "pods").stdout.splitlines()[0].split()

@@ -17,11 +17,11 @@ GROUP, VERSION, PLURAL, NS = "rackai.rackspace.com", "v1alpha1", "loraadapters",
 Factory = Callable[..., dict[str, Any]]
 
 
-def _collect(custom: client.CustomObjectsApi, count: int, **kwargs: Any
-             ) -> list[tuple[str, str]]:
+def _collect(custom: client.CustomObjectsApi, count: int, **kwargs: Any) -> list[tuple[str, str]]:
     events: list[tuple[str, str]] = []
-    stream = watch.Watch().stream(custom.list_namespaced_custom_object, GROUP, VERSION, NS,
-                                  PLURAL, timeout_seconds=5, **kwargs)
+    stream = watch.Watch().stream(
+        custom.list_namespaced_custom_object, GROUP, VERSION, NS, PLURAL, timeout_seconds=5, **kwargs
+    )
     for event in stream:
         events.append((event["type"], event["object"]["metadata"]["name"]))
         if len(events) >= count:
@@ -29,20 +29,19 @@ def _collect(custom: client.CustomObjectsApi, count: int, **kwargs: Any
     return events
 
 
-def test_watch_added_modified_deleted(custom: client.CustomObjectsApi,
-                                      make_adapter: Factory) -> None:
+def test_watch_added_modified_deleted(custom: client.CustomObjectsApi, make_adapter: Factory) -> None:
     custom.create_namespaced_custom_object(GROUP, VERSION, NS, PLURAL, make_adapter("pre"))
     results: list[tuple[str, str]] = []
     watcher = threading.Thread(target=lambda: results.extend(_collect(custom, 4)))
     watcher.start()
     time.sleep(0.3)
     custom.create_namespaced_custom_object(GROUP, VERSION, NS, PLURAL, make_adapter("live"))
-    custom.patch_namespaced_custom_object_status(GROUP, VERSION, NS, PLURAL, "live",
-                                                 {"status": {"phase": "Ready"}})
+    custom.patch_namespaced_custom_object_status(
+        GROUP, VERSION, NS, PLURAL, "live", {"status": {"phase": "Ready"}}
+    )
     custom.delete_namespaced_custom_object(GROUP, VERSION, NS, PLURAL, "live")
     watcher.join(timeout=10)
-    assert results == [("ADDED", "pre"), ("ADDED", "live"), ("MODIFIED", "live"),
-                       ("DELETED", "live")]
+    assert results == [("ADDED", "pre"), ("ADDED", "live"), ("MODIFIED", "live"), ("DELETED", "live")]
 
 
 def test_watch_finalizer_flow(custom: client.CustomObjectsApi, make_adapter: Factory) -> None:
@@ -50,12 +49,17 @@ def test_watch_finalizer_flow(custom: client.CustomObjectsApi, make_adapter: Fac
     body["metadata"]["finalizers"] = ["loraflow.io/unload"]
     created = custom.create_namespaced_custom_object(GROUP, VERSION, NS, PLURAL, body)
     custom.delete_namespaced_custom_object(GROUP, VERSION, NS, PLURAL, "fin")
-    custom.patch_namespaced_custom_object(GROUP, VERSION, NS, PLURAL, "fin",
-                                          {"metadata": {"finalizers": []}})
+    custom.patch_namespaced_custom_object(GROUP, VERSION, NS, PLURAL, "fin", {"metadata": {"finalizers": []}})
     events = []
-    stream = watch.Watch().stream(custom.list_namespaced_custom_object, GROUP, VERSION, NS,
-                                  PLURAL, resource_version=created["metadata"]["resourceVersion"],
-                                  timeout_seconds=5)
+    stream = watch.Watch().stream(
+        custom.list_namespaced_custom_object,
+        GROUP,
+        VERSION,
+        NS,
+        PLURAL,
+        resource_version=created["metadata"]["resourceVersion"],
+        timeout_seconds=5,
+    )
     for event in stream:
         events.append((event["type"], bool(event["object"]["metadata"].get("deletionTimestamp"))))
         if len(events) == 2:
@@ -63,17 +67,19 @@ def test_watch_finalizer_flow(custom: client.CustomObjectsApi, make_adapter: Fac
     assert events == [("MODIFIED", True), ("DELETED", True)]
 
 
-def test_watch_replays_from_resource_version_and_filters(custom: client.CustomObjectsApi,
-                                                         make_adapter: Factory) -> None:
-    first = custom.create_namespaced_custom_object(GROUP, VERSION, NS, PLURAL,
-                                                   make_adapter("one"))
+def test_watch_replays_from_resource_version_and_filters(
+    custom: client.CustomObjectsApi, make_adapter: Factory
+) -> None:
+    first = custom.create_namespaced_custom_object(GROUP, VERSION, NS, PLURAL, make_adapter("one"))
     labelled = make_adapter("two")
     labelled["metadata"]["labels"] = {"pick": "me"}
     custom.create_namespaced_custom_object(GROUP, VERSION, NS, PLURAL, labelled)
-    custom.patch_namespaced_custom_object(GROUP, VERSION, NS, PLURAL, "one",
-                                          {"metadata": {"labels": {"pick": "me"}}})
-    replay = _collect(custom, 2, resource_version=first["metadata"]["resourceVersion"],
-                      label_selector="pick=me")
+    custom.patch_namespaced_custom_object(
+        GROUP, VERSION, NS, PLURAL, "one", {"metadata": {"labels": {"pick": "me"}}}
+    )
+    replay = _collect(
+        custom, 2, resource_version=first["metadata"]["resourceVersion"], label_selector="pick=me"
+    )
     assert replay == [("ADDED", "two"), ("ADDED", "one")]  # "one" entered the selector
 
 
@@ -84,8 +90,9 @@ def test_watch_too_old_resource_version_is_410(fixture_dirs: Any) -> None:
         url = f"{server.url}/api/v1/namespaces"
         for index in range(5):
             httpx.post(url, json={"metadata": {"name": f"ns{index}"}}, headers=headers)
-        response = httpx.get(url, params={"watch": "true", "resourceVersion": "1"},
-                             headers=headers, timeout=5)
+        response = httpx.get(
+            url, params={"watch": "true", "resourceVersion": "1"}, headers=headers, timeout=5
+        )
         event = json.loads(response.text.splitlines()[0])
         assert event["type"] == "ERROR"
         assert (event["object"]["code"], event["object"]["reason"]) == (410, "Expired")
@@ -98,9 +105,12 @@ def test_watch_bookmarks_and_timeout(kube_server: KubeServer) -> None:
     kube_server.api.bookmark_interval_s = 0.1
     headers = {"Authorization": f"Bearer {kube_server.admin_token}"}
     started = time.monotonic()
-    response = httpx.get(f"{kube_server.url}/apis/{GROUP}/{VERSION}/{PLURAL}",
-                         params={"watch": "1", "allowWatchBookmarks": "true",
-                                 "timeoutSeconds": "1"}, headers=headers, timeout=5)
+    response = httpx.get(
+        f"{kube_server.url}/apis/{GROUP}/{VERSION}/{PLURAL}",
+        params={"watch": "1", "allowWatchBookmarks": "true", "timeoutSeconds": "1"},
+        headers=headers,
+        timeout=5,
+    )
     assert 0.9 < time.monotonic() - started < 3
     types = {json.loads(line)["type"] for line in response.text.splitlines()}
     assert types == {"BOOKMARK"}
