@@ -42,3 +42,216 @@ def _recording_authorize(self: Authorizer, user: User, attrs: Attributes) -> Non
 
 if getattr(Authorizer.authorize, "__name__", "") != _recording_authorize.__name__:
     Authorizer.authorize = _recording_authorize  # type: ignore[method-assign]
+
+
+# -- the embedded stack, for the convergence suite ------------------------------------------------
+# (invariant.py, test_invariant.py, test_delivery_faults.py, test_infra_faults.py,
+# test_chaos_soak.py, test_resync_scale.py)
+import hashlib  # noqa: E402
+import json  # noqa: E402
+import os  # noqa: E402
+import secrets  # noqa: E402
+import time  # noqa: E402
+from collections.abc import Callable, Iterator  # noqa: E402
+from dataclasses import dataclass, field  # noqa: E402
+from pathlib import Path  # noqa: E402
+from typing import Any  # noqa: E402
+
+import pytest  # noqa: E402
+
+from devstack.broker import Faults as DeliveryFaults  # noqa: E402
+from devstack.demo import Cluster  # noqa: E402
+from devstack.stack import Stack  # noqa: E402
+from functions.resources.kinds import (  # noqa: E402
+    INFERENCE_SERVICE,
+    INFERENCE_SERVICE_LABEL,
+    MODEL,
+    MODEL_DEPLOYMENT,
+    MODEL_DEPLOYMENT_LABEL,
+    SGLANG_ADAPTER,
+    VLLM_ADAPTER,
+)
+from tests.reliability import invariant  # noqa: E402
+
+PING_PERIOD_S = 1.0
+RESULTS = Path(__file__).with_name("results.json")
+
+
+def md5_hex(content: bytes) -> str:
+    return hashlib.md5(content, usedforsecurity=False).hexdigest()
+
+
+def adapter_config(rank: int = 8) -> bytes:
+    return json.dumps({"peft_type": "LORA", "r": rank, "lora_alpha": 2 * rank}).encode()
+
+
+@pytest.fixture(scope="module")
+def rstack() -> Iterator[Stack]:
+    """One embedded stack per module: a fast resync tick, fast broker backoffs."""
+    with Stack(ping_period=PING_PERIOD_S, time_scale=0.05) as running:
+        yield running
+
+
+@dataclass
+class Env:
+    """One namespace of the stack and what a user does in it (both kinds)."""
+
+    stack: Stack
+    namespace: str
+    cluster: Cluster
+    model: str = "llama"
+    files: dict[str, dict[str, bytes]] = field(default_factory=dict)
+
+    @classmethod
+    def new(cls, stack: Stack, prefix: str = "rel") -> Env:
+        namespace = f"{prefix}-{secrets.token_hex(3)}"
+        stack.core.create_namespace({"metadata": {"name": namespace}})
+        env = cls(stack, namespace, Cluster(stack, namespace))
+        env.cluster.create(MODEL, env.model, {"displayName": "Llama"})
+        return env
+
+    # -- targets ---------------------------------------------------------------------------------
+    def deployment(self, name: str, replicas: int, adapters: list[str]) -> None:
+        self.cluster.create(
+            MODEL_DEPLOYMENT, name, {"model": self.model, "replicas": replicas, "loraAdapters": adapters}
+        )
+
+    def service(self, name: str, replicas: int) -> None:
+        self.cluster.create(
+            INFERENCE_SERVICE, name, {"runtime": "sglang", "model": "qwen", "replicas": replicas}
+        )
+
+    def md_pods(self, name: str) -> list[dict[str, Any]]:
+        return self.cluster.pods(f"{MODEL_DEPLOYMENT_LABEL}={name}")
+
+    def isvc_pods(self, name: str) -> list[dict[str, Any]]:
+        return self.cluster.pods(f"{INFERENCE_SERVICE_LABEL}={name}")
+
+    def wait_pods(self, md: dict[str, int] | None = None, isvc: dict[str, int] | None = None) -> None:
+        for name, count in (md or {}).items():
+            eventually(lambda n=name, c=count: len(self.md_pods(n)) == c, what=f"{name}: {count} pods")
+        for name, count in (isvc or {}).items():
+            eventually(lambda n=name, c=count: len(self.isvc_pods(n)) == c, what=f"{name}: {count} pods")
+
+    # -- adapters --------------------------------------------------------------------------------
+    def directory(self, name: str) -> str:
+        return f"/loraadapters/{self.namespace}/{self.model}/{name}/"
+
+    def seed1(self, name: str, upload: bool = True, corrupt: bool = False) -> None:
+        files = {"adapter_config.json": adapter_config(), "adapter_model.safetensors": os.urandom(512)}
+        self.files[name] = files
+        declared = {self.directory(name) + f: md5_hex(c) for f, c in files.items()}
+        if corrupt:
+            declared[self.directory(name) + "adapter_model.safetensors"] = "0" * 32
+        self.cluster.create(VLLM_ADAPTER, name, {"model": self.model, "integrity": {"md5": declared}})
+        if upload:
+            self.upload(name)
+
+    def upload(self, name: str) -> None:
+        for file, content in self.files[name].items():
+            self.cluster.upload(self.directory(name) + file, content)
+
+    def seed2(self, name: str, isvc: str) -> None:
+        directory = self.stack.mount_root / "sglang" / self.namespace / name
+        directory.mkdir(parents=True, exist_ok=True)
+        (directory / "adapter_config.json").write_bytes(adapter_config())
+        (directory / "adapter_model.safetensors").write_bytes(os.urandom(256))
+        self.cluster.create(
+            SGLANG_ADAPTER,
+            name,
+            {"name": f"{name}-v1", "path": str(directory), "inferenceServiceRef": {"name": isvc}},
+        )
+
+    def check(self) -> list[invariant.Violation]:
+        return invariant.check(self.stack, [self.namespace])
+
+
+def eventually(check: Callable[[], Any], timeout: float = 30.0, what: str = "condition") -> Any:
+    deadline = time.monotonic() + timeout
+    while True:
+        value = check()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            pytest.fail(f"{what}: not reached within {timeout:.0f}s")
+        time.sleep(0.1)
+
+
+def stop_faults(stack: Stack) -> None:
+    """Every injected fault off: broker deliveries, Kubernetes API, filer, engines."""
+    stack.broker.set_faults(None)
+    stack.kube.clear_faults()
+    stack.filer.clear_faults()
+    for _, replica in stack.workload.fleet.items():
+        replica.clear_faults()
+
+
+def ping_seq(stack: Stack) -> int:
+    """Sequence number of the latest ping the broker delivered to resync (0: none yet)."""
+    seqs = [
+        e["seq"]
+        for e in stack.broker.log.since(0)
+        if e["type"] == "dev.knative.sources.ping" and e["outcome"] == "delivered"
+    ]
+    return max(seqs, default=0)
+
+
+def await_resync(stack: Stack, timeout: float = 15.0) -> None:
+    """Wait for a resync tick delivered after now, then for the broker to be idle again."""
+    before = ping_seq(stack)
+    deadline = time.monotonic() + timeout
+    while ping_seq(stack) <= before and time.monotonic() < deadline:
+        time.sleep(0.05)
+    stack.settle(timeout=max(1.0, deadline - time.monotonic()), quiet=0.3)
+
+
+def quiesce_and_check(
+    stack: Stack, namespaces: list[str] | None = None, rounds: int = 4
+) -> tuple[list[invariant.Violation], int]:
+    """Faults off, broker idle, then up to `rounds` resync ticks until the invariant holds.
+
+    Returns (violations after the last round, resync ticks it took). A drop or a failure the
+    functions answered 5xx to is repaired by redelivery or by the next tick; several ticks are
+    allowed because one repair can reveal the next step (admit -> stat -> verify -> load)."""
+    stop_faults(stack)
+    stack.settle(timeout=30, quiet=0.5)
+    violations = invariant.check(stack, namespaces)
+    ticks = 0
+    while violations and ticks < rounds:
+        await_resync(stack)
+        ticks += 1
+        violations = invariant.check(stack, namespaces)
+    return violations, ticks
+
+
+def broker_figures(stack: Stack) -> dict[str, int]:
+    stats = stack.broker.stats()
+    log = stack.broker.log.since(0)
+    deliveries = [e for e in log if e["outcome"] == "delivered"]
+    seen: dict[tuple[str, str], int] = {}
+    for e in deliveries:
+        key = (e["id"], str(e.get("trigger")))
+        seen[key] = seen.get(key, 0) + 1
+    return {
+        "events": int(stats["received"]),
+        "deliveries": int(stats["delivered"]),
+        "duplicates": sum(n - 1 for n in seen.values()),
+        "drops": int(stats["dropped"]),
+        "retries": int(stats["retried"]),
+        "dead_lettered": int(stats["dead_lettered"]),
+    }
+
+
+def record_result(name: str, figures: dict[str, Any]) -> None:
+    """Merge one scenario's figures into tests/reliability/results.json (the README's source)."""
+    data: dict[str, Any] = {}
+    if RESULTS.exists():
+        try:
+            data = json.loads(RESULTS.read_text())
+        except ValueError:
+            data = {}
+    data[name] = figures
+    RESULTS.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
+
+
+__all__ = ["DeliveryFaults", "Env", "eventually", "quiesce_and_check", "record_result", "stop_faults"]
