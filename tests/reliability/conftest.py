@@ -255,3 +255,69 @@ def record_result(name: str, figures: dict[str, Any]) -> None:
 
 
 __all__ = ["DeliveryFaults", "Env", "eventually", "quiesce_and_check", "record_result", "stop_faults"]
+
+
+@dataclass
+class Meter:
+    """Broker figures of one scenario: deltas from when it was created."""
+
+    stack: Stack
+    start: dict[str, int] = field(default_factory=dict)
+    seq: int = 0
+
+    def __post_init__(self) -> None:
+        self.start = dict(self.stack.broker.stats())
+        entries = self.stack.broker.log.since(0)
+        self.seq = entries[-1]["seq"] if entries else 0
+
+    def figures(self) -> dict[str, int]:
+        stats = self.stack.broker.stats()
+        delta = {
+            k: int(stats[k]) - int(self.start.get(k, 0))
+            for k in ("received", "delivered", "dropped", "retried", "dead_lettered")
+        }
+        seen: dict[tuple[str, str], int] = {}
+        for entry in self.stack.broker.log.since(self.seq):
+            if entry["outcome"] == "delivered":
+                key = (str(entry["id"]), str(entry.get("trigger")))
+                seen[key] = seen.get(key, 0) + 1
+        return {
+            "events": delta["received"],
+            "deliveries": delta["delivered"],
+            "duplicates": sum(n - 1 for n in seen.values()),
+            "drops": delta["dropped"],
+            "retries": delta["retried"],
+            "dead_lettered": delta["dead_lettered"],
+        }
+
+
+def lifecycle(env: Env, pace: float = 0.4) -> int:
+    """Both kinds through a whole lifecycle without waiting for convergence in between (the
+    steps overlap whatever the faults do). Returns the number of user operations."""
+    ops = 0
+
+    def step(action: Callable[[], None]) -> None:
+        nonlocal ops
+        action()
+        ops += 1
+        time.sleep(pace)
+
+    step(lambda: env.deployment("d1", 2, ["a1", "a2", "bad"]))
+    step(lambda: env.service("svc", 2))
+    env.wait_pods(md={"d1": 2}, isvc={"svc": 2})
+    step(lambda: env.seed1("a1"))
+    step(lambda: env.seed1("a2"))
+    step(lambda: env.seed1("bad", corrupt=True))
+    step(lambda: env.seed2("s1", "svc"))
+    step(lambda: env.seed2("s2", "svc"))
+    pod = env.md_pods("d1")[0]["metadata"]["name"]
+    step(lambda: env.stack.workload.restart(env.namespace, pod, wait=False))
+    step(lambda: env.cluster.patch(MODEL_DEPLOYMENT, "d1", {"spec": {"replicas": 3}}))
+    step(lambda: env.cluster.patch(MODEL_DEPLOYMENT, "d1", {"spec": {"loraAdapters": ["a1", "bad", "a3"]}}))
+    step(lambda: env.seed1("a3"))
+    step(lambda: env.cluster.delete(VLLM_ADAPTER, "a2"))
+    step(lambda: env.cluster.delete(SGLANG_ADAPTER, "s2"))
+    spod = env.isvc_pods("svc")[0]["metadata"]["name"]
+    step(lambda: env.stack.workload.restart(env.namespace, spod, wait=False))
+    step(lambda: env.cluster.patch(INFERENCE_SERVICE, "svc", {"spec": {"replicas": 3}}))
+    return ops
