@@ -291,7 +291,7 @@ class Meter:
         }
 
 
-def lifecycle(env: Env, pace: float = 0.4) -> int:
+def lifecycle(env: Env, pace: float = 0.4, on_pods: Callable[[], None] | None = None) -> int:
     """Both kinds through a whole lifecycle without waiting for convergence in between (the
     steps overlap whatever the faults do). Returns the number of user operations."""
     ops = 0
@@ -305,6 +305,8 @@ def lifecycle(env: Env, pace: float = 0.4) -> int:
     step(lambda: env.deployment("d1", 2, ["a1", "a2", "bad"]))
     step(lambda: env.service("svc", 2))
     env.wait_pods(md={"d1": 2}, isvc={"svc": 2})
+    if on_pods is not None:
+        on_pods()
     step(lambda: env.seed1("a1"))
     step(lambda: env.seed1("a2"))
     step(lambda: env.seed1("bad", corrupt=True))
