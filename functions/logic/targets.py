@@ -168,7 +168,8 @@ def desired_v2(isvc: Mapping[str, Any], adapters: Iterable[Mapping[str, Any]]) -
 
 def managed_v1(lora_name: str, root: str, adapter_names: Iterable[str], mount_root: str) -> bool:
     """Ours: named like a seed-1 adapter of the namespace AND loaded from under our mount."""
-    return lora_name in set(adapter_names) and is_under(root, posixpath.join(mount_root, STORAGE_ROOT[1:]))
+    names = adapter_names if isinstance(adapter_names, (set, frozenset, dict)) else set(adapter_names)
+    return lora_name in names and is_under(root, posixpath.join(mount_root, STORAGE_ROOT[1:]))
 
 
 def managed_v2(lora_name: str, isvc: Mapping[str, Any], adapters: Iterable[Mapping[str, Any]]) -> bool:
@@ -186,7 +187,7 @@ def surplus_v1(
     listing: Mapping[str, str], desired: Mapping[str, Wanted], adapter_names: Iterable[str], mount_root: str
 ) -> list[str]:
     """Managed seed-1 adapters a pod holds but should not: unload them (static ones never)."""
-    names = set(adapter_names)
+    names = adapter_names if isinstance(adapter_names, (set, frozenset, dict)) else set(adapter_names)
     return sorted(
         lora
         for lora, root in listing.items()
