@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 from events.domain import AdapterRef
@@ -38,6 +39,7 @@ class Fleet:
     deps: Deps
     _endpoints: dict[tuple[str, str, str], list[Endpoint]] = field(default_factory=dict)
     _listings: dict[str, dict[str, str] | None] = field(default_factory=dict)
+    _configs: dict[str, bytes | None] = field(default_factory=dict)
 
     def endpoints(self, kind: Kind, namespace: str, name: str) -> list[Endpoint]:
         key = (kind.plural, namespace, name)
@@ -55,6 +57,26 @@ class Fleet:
             self._listings[ep.url] = listing
         return {e.pod: self._listings[e.url] for e in endpoints}
 
+    def listing(self, ep: Endpoint) -> dict[str, str] | None:
+        """One pod's listing, read once per invocation (callers serialise per endpoint)."""
+        if ep.url not in self._listings:
+            self._listings[ep.url] = self.deps.engines.listing(ep)
+        return self._listings[ep.url]
+
+    def config(self, path: str) -> bytes | None:
+        """`adapter_config.json` at `path`, read once per invocation."""
+        if path not in self._configs:
+            self._configs[path] = self.deps.storage.read_small(path, adapter_config.CONFIG_MAX_BYTES)
+        return self._configs[path]
+
+    def prefetch_configs(self, adapters: Sequence[Obj]) -> None:
+        """Read the configs of many adapters concurrently (bounded) instead of one after another."""
+        paths = list(dict.fromkeys(targets.config_path(a) for a in adapters))
+        todo = [p for p in paths if p not in self._configs]
+        read = partial(self.deps.storage.read_small, max_bytes=adapter_config.CONFIG_MAX_BYTES)
+        for path, content in self.deps.engines.fan_out(todo, read):
+            self._configs[path] = content
+
     def note_loaded(self, ep: Endpoint, lora_name: str, path: str) -> None:
         listing = self._listings.get(ep.url)
         if listing is not None:
@@ -68,7 +90,7 @@ class Fleet:
 
 @dataclass
 class Plan:
-    """What one adapter needs from one target: a verdict, or per-pod results / pending loads."""
+    """What one adapter needs from one target: a verdict, or per-pod results / pods to observe."""
 
     adapter: Obj
     target: str
@@ -76,7 +98,8 @@ class Plan:
     verdict: str | None = None
     message: str = ""
     results: dict[str, PodResult] = field(default_factory=dict)
-    pending: list[Endpoint] = field(default_factory=list)
+    observe: list[tuple[Endpoint, bool]] = field(default_factory=list)
+    """(endpoint, mine): pods `execute` lists, and loads into when mine and missing."""
 
     def result(self) -> TargetResult:
         return TargetResult(
@@ -88,40 +111,59 @@ def plan_pods(fleet: Fleet, plan: Plan, endpoints: list[Endpoint], pods_of: set[
     """Observe every endpoint; only pods in `pods_of` (all when None) get loads and may ask for a retry.
 
     The others are still observed so that the status stays a statement about every Ready pod.
+    No I/O here: `execute` lists each pod and loads what it lacks, pod by pod (pipelined).
     """
     assert plan.wanted is not None
-    listings = fleet.listings(endpoints)
     for ep in endpoints:
-        listing = listings[ep.pod]
-        mine = pods_of is None or ep.pod in pods_of
-        if listing is None:
-            plan.results[ep.pod] = PodResult(ep.pod, False, UNREACHABLE.reason, UNREACHABLE.message, mine)
-        elif plan.wanted.lora_name in listing:
-            plan.results[ep.pod] = PodResult(ep.pod, True, loading.PRESENT)
-        elif mine:
-            plan.pending.append(ep)
-        else:
-            plan.results[ep.pod] = PodResult(ep.pod, False, loading.NOT_LOADED, "not loaded (yet)")
+        plan.observe.append((ep, pods_of is None or ep.pod in pods_of))
 
 
 def execute(fleet: Fleet, plans: Sequence[Plan], load: bool = True) -> None:
-    """Fan out every pending load of every plan at once; a failing pod never blocks the others."""
-    work = [(plan, ep) for plan in plans for ep in plan.pending]
+    """List every observed pod and load what it lacks; a failing pod never blocks the others.
 
-    def call(item: tuple[Plan, Endpoint]) -> PodResult:
-        plan, ep = item
+    Pipelined per pod on one bounded pool: a pod's loads are queued as soon as its own listing
+    is in (the first one runs in the same worker), so loads overlap the other pods' listings
+    instead of waiting for all of them.
+    """
+    groups: dict[str, tuple[Endpoint, list[tuple[Plan, bool]]]] = {}
+    for plan in plans:
+        for ep, mine in plan.observe:
+            groups.setdefault(ep.url, (ep, []))[1].append((plan, mine))
+        plan.observe = []
+
+    def load_one(plan: Plan, ep: Endpoint) -> None:
         assert plan.wanted is not None
-        if not load:
-            return PodResult(ep.pod, False, loading.NOT_LOADED, "not loaded")
         outcome = fleet.deps.engines.load(ep, plan.wanted.lora_name, plan.wanted.lora_path)
         if outcome.ok:
             fleet.note_loaded(ep, plan.wanted.lora_name, plan.wanted.lora_path)
-        return PodResult(ep.pod, outcome.ok, outcome.reason, outcome.message, outcome.retryable)
+        plan.results[ep.pod] = PodResult(
+            ep.pod, outcome.ok, outcome.reason, outcome.message, outcome.retryable
+        )
 
-    for (plan, ep), result in fleet.deps.engines.fan_out(work, call):
-        plan.results[ep.pod] = result
-    for plan in plans:
-        plan.pending.clear()
+    def pod(
+        group: tuple[Endpoint, list[tuple[Plan, bool]]], spawn: Callable[[Callable[[], None]], None]
+    ) -> None:
+        ep, members = group
+        listing = fleet.listing(ep)
+        todo: list[Plan] = []
+        for plan, mine in members:
+            assert plan.wanted is not None
+            if listing is None:
+                plan.results[ep.pod] = PodResult(ep.pod, False, UNREACHABLE.reason, UNREACHABLE.message, mine)
+            elif plan.wanted.lora_name in listing:
+                plan.results[ep.pod] = PodResult(ep.pod, True, loading.PRESENT)
+            elif not mine:
+                plan.results[ep.pod] = PodResult(ep.pod, False, loading.NOT_LOADED, "not loaded (yet)")
+            elif not load:
+                plan.results[ep.pod] = PodResult(ep.pod, False, loading.NOT_LOADED, "not loaded")
+            else:
+                todo.append(plan)
+        for plan in todo[1:]:
+            spawn(partial(load_one, plan, ep))
+        if todo:
+            load_one(todo[0], ep)
+
+    fleet.deps.engines.pipeline(groups.values(), pod)
 
 
 # -- seed 1 ---------------------------------------------------------------------------------------
@@ -145,9 +187,7 @@ def plan_v1(
             plans.append(Plan(adapter, md_name, None, loading.R_MODEL_MISMATCH, message))
             continue
         if not config:
-            config.append(
-                deps.storage.read_small(targets.config_path(adapter), adapter_config.CONFIG_MAX_BYTES)
-            )
+            config.append(fleet.config(targets.config_path(adapter)))
         verdict = adapter_config.check(config[0], targets.max_rank(md, deps.settings.max_lora_rank))
         if not verdict.ok:
             plans.append(Plan(adapter, md_name, None, verdict.reason, verdict.message))
@@ -176,24 +216,36 @@ def plan_v2(fleet: Fleet, adapter: Obj, pods_of: set[str] | None = None) -> Plan
 
 
 # -- status ---------------------------------------------------------------------------------------
-def write_v1(deps: Deps, adapter: Obj, used: list[str], results: list[TargetResult] | None) -> None:
+def write_v1(
+    deps: Deps, adapter: Obj, used: list[str], results: list[TargetResult] | None, fresh: bool = False
+) -> None:
+    """Write the adapter's status. `fresh`: `adapter` was just read (a GET or a list of this
+    invocation), so start from it instead of re-reading; a 409 still re-reads and recomputes."""
     not_ready = results is None and not targets.ready_v1(adapter)
 
     def desired(obj: Obj) -> Obj:
         generation = (obj.get("metadata") or {}).get("generation")
         return loading.status_v1(obj.get("status") or {}, used, results, generation, deps.clock(), not_ready)
 
-    deps.kube.write_status(VLLM_ADAPTER, targets.namespace_of(adapter), targets.name_of(adapter), desired)
+    namespace, name = targets.namespace_of(adapter), targets.name_of(adapter)
+    if fresh:
+        deps.kube.write_status(VLLM_ADAPTER, namespace, name, desired, current=adapter)
+    else:
+        deps.kube.write_status(VLLM_ADAPTER, namespace, name, desired)
 
 
-def write_v2(deps: Deps, adapter: Obj, result: TargetResult) -> None:
+def write_v2(deps: Deps, adapter: Obj, result: TargetResult, fresh: bool = False) -> None:
     path = str((adapter.get("spec") or {}).get("path") or "")
 
     def desired(obj: Obj) -> Obj:
         generation = (obj.get("metadata") or {}).get("generation")
         return loading.status_v2(obj.get("status") or {}, result, path, generation, deps.clock())
 
-    deps.kube.write_status(SGLANG_ADAPTER, targets.namespace_of(adapter), targets.name_of(adapter), desired)
+    namespace, name = targets.namespace_of(adapter), targets.name_of(adapter)
+    if fresh:
+        deps.kube.write_status(SGLANG_ADAPTER, namespace, name, desired, current=adapter)
+    else:
+        deps.kube.write_status(SGLANG_ADAPTER, namespace, name, desired)
 
 
 def write_loaded(deps: Deps, kind: Kind, adapter: Obj, build: Callable[[Obj, int | None], Obj]) -> None:

@@ -77,10 +77,11 @@ def on_adapter(deps: Deps, adapter: dict[str, object]) -> _edge.Reply:
         used = targets.used_by(targets.name_of(adapter), deployments)
     _serving.execute(fleet, plans)
     results = [p.result() for p in plans]
+    # `adapter` was read by this invocation: the write starts from it (a 409 re-reads)
     if _serving.kind_of(adapter) == SGLANG_ADAPTER:
-        _serving.write_v2(deps, adapter, results[0])
+        _serving.write_v2(deps, adapter, results[0], fresh=True)
     else:
-        _serving.write_v1(deps, adapter, used, results)
+        _serving.write_v1(deps, adapter, used, results, fresh=True)
     return finish(deps, adapter, results)
 
 

@@ -54,27 +54,33 @@ def handle(event: CloudEvent, deps: Deps) -> _edge.Reply:
     if not deps.engines.healthy(ep):
         raise EngineUnavailable(f"pod {namespace}/{name} is Ready but its engine /health is not 200")
     fleet = Fleet(deps)
-    plans = plans_v1(fleet, namespace, md, name) if md else plans_v2(fleet, namespace, str(isvc), name)
+    deployments: list[dict[str, object]] = []
+    if md:
+        plans = plans_v1(fleet, namespace, md, name, deployments)
+    else:
+        plans = plans_v2(fleet, namespace, str(isvc), name)
     _serving.execute(fleet, [p for _, group in plans for p in group])
-    all_results: list[TargetResult] = []
-    for adapter, group in plans:
-        results = [p.result() for p in group]
-        all_results += results
-        write(deps, adapter, results, name)
+    outcomes = [(adapter, [p.result() for p in group]) for adapter, group in plans]
+    # one status write per adapter, concurrently (bounded); each starts from the object as
+    # listed above, so an adapter whose status would not change costs no request at all
+    deps.engines.fan_out(outcomes, lambda item: write(deps, item[0], item[1], name, deployments))
+    all_results = [r for _, results in outcomes for r in results]
     _serving.raise_if_retryable(all_results, f"reload pod {namespace}/{name}")
     return answer(namespace, name, plans)
 
 
 def plans_v1(
-    fleet: Fleet, namespace: str, md_name: str, pod: str
+    fleet: Fleet, namespace: str, md_name: str, pod: str, deployments: list[dict[str, object]]
 ) -> list[tuple[dict[str, object], list[Plan]]]:
+    """Plans for the adapters `md_name` should serve; fills `deployments` (the namespace's)."""
     deps = fleet.deps
     md = deps.kube.get(MODEL_DEPLOYMENT, namespace, md_name)
     if md is None:
         return []
-    deployments = deps.kube.list_all(MODEL_DEPLOYMENT, namespace)
+    deployments += deps.kube.list_all(MODEL_DEPLOYMENT, namespace)
     adapters = {targets.name_of(a): a for a in deps.kube.list_all(VLLM_ADAPTER, namespace)}
     wanted = targets.desired_v1(md, adapters, deps.settings.mount_root)
+    fleet.prefetch_configs([adapters[name] for name in wanted])
     return [
         (adapters[name], _serving.plan_v1(fleet, adapters[name], deployments, {pod}))
         for name in sorted(wanted)
@@ -90,12 +96,19 @@ def plans_v2(fleet: Fleet, namespace: str, isvc: str, pod: str) -> list[tuple[di
     return [(a, [_serving.plan_v2(fleet, a, {pod})]) for a in chosen]
 
 
-def write(deps: Deps, adapter: dict[str, object], results: list[TargetResult], pod: str) -> None:
+def write(
+    deps: Deps,
+    adapter: dict[str, object],
+    results: list[TargetResult],
+    pod: str,
+    deployments: list[dict[str, object]],
+) -> None:
+    """`adapter` as listed by this invocation; `deployments`: its namespace's (seed 1)."""
     if _serving.kind_of(adapter) == SGLANG_ADAPTER:
-        _serving.write_v2(deps, adapter, results[0])
+        _serving.write_v2(deps, adapter, results[0], fresh=True)
     else:
-        deployments = deps.kube.list_all(MODEL_DEPLOYMENT, targets.namespace_of(adapter))
-        _serving.write_v1(deps, adapter, targets.used_by(targets.name_of(adapter), deployments), results)
+        used = targets.used_by(targets.name_of(adapter), deployments)
+        _serving.write_v1(deps, adapter, used, results, fresh=True)
     mine = [TargetResult(r.target, pods=tuple(p for p in r.failed if p.pod == pod)) for r in results]
     if any(r.failed for r in mine):
         _serving.warn(deps, adapter, "LoadFailed", describe_failures(mine), NAME)

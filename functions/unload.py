@@ -218,6 +218,7 @@ def refresh_v1(fleet: Fleet, adapter: Obj, deployments: list[Obj], results: list
         observed = None
         if targets.ready_v1(adapter):
             plans = _serving.plan_v1(fleet, adapter, deployments, pods_of=set())
+            _serving.execute(fleet, plans)  # observe only: no pod is ours to load into
             observed = [p.result() for p in plans]
         _serving.write_v1(deps, adapter, used, observed)
         return

@@ -8,10 +8,12 @@ each; a failing replica yields a result, never an exception, so it cannot block 
 from __future__ import annotations
 
 import json
+import threading
 import time
 from collections.abc import Callable, Iterable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
+from functools import partial
 from typing import Any, Protocol, TypeVar
 
 import httpx
@@ -22,6 +24,8 @@ from functions.settings import Settings
 
 T = TypeVar("T")
 R = TypeVar("R")
+Spawn = Callable[[Callable[[], None]], None]
+"""Queue a follow-up task on the same bounded pool (see `Engines.pipeline`)."""
 
 
 @dataclass(frozen=True)
@@ -189,3 +193,33 @@ class Engines:
             return [(item, call(item)) for item in work]
         with ThreadPoolExecutor(max_workers=min(self._concurrency, len(work))) as pool:
             return list(zip(work, pool.map(call, work), strict=True))
+
+    def pipeline(self, items: Iterable[T], step: Callable[[T, Spawn], None]) -> None:
+        """Run `step(item, spawn)` over `items` on one pool of `load_concurrency` workers.
+
+        `spawn(task)` queues follow-up work (e.g. the loads a pod's listing showed missing) on
+        the same pool, so a pod's loads start as soon as its own listing is in, not after every
+        pod was listed; the bound holds for listings and loads together. Returns when every
+        task, follow-ups included, has finished (re-raising the first exception of a task).
+        """
+        work = list(items)
+        if not work:
+            return
+        futures: list[Future[None]] = []
+        lock = threading.Lock()
+        with ThreadPoolExecutor(max_workers=self._concurrency) as pool:
+
+            def spawn(task: Callable[[], None]) -> None:
+                with lock:
+                    futures.append(pool.submit(task))
+
+            for item in work:
+                spawn(partial(step, item, spawn))
+            done = 0
+            while True:
+                with lock:
+                    if done >= len(futures):
+                        break
+                    future = futures[done]
+                future.result()
+                done += 1

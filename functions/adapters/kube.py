@@ -115,12 +115,17 @@ class Kube:
                 return
 
     # -- guarded writes ----------------------------------------------------------------------
-    def write_status(self, kind: Kind, namespace: str, name: str, desired: StatusFn) -> Written | None:
+    def write_status(
+        self, kind: Kind, namespace: str, name: str, desired: StatusFn, current: Obj | None = None
+    ) -> Written | None:
         """One merge patch to /status with the read's resourceVersion; 409 -> re-read, recompute.
 
         Returns None when the object is gone; skips the write when nothing would change.
+        `current`: the object as this invocation just read it (a GET or a list); the first
+        attempt starts from it instead of a GET (its resourceVersion guards the patch, a 409
+        re-reads), and nothing is requested at all when it shows nothing would change.
         """
-        return self._guarded(kind, namespace, name, desired, "status", subresource=True)
+        return self._guarded(kind, namespace, name, desired, "status", subresource=True, current=current)
 
     def write_finalizers(
         self, kind: Kind, namespace: str, name: str, desired: Callable[[Obj], list[str] | None]
@@ -141,9 +146,11 @@ class Kube:
         desired: StatusFn,
         field: str,
         subresource: bool,
+        current: Obj | None = None,
     ) -> Written | None:
+        start = current if current and (current.get("metadata") or {}).get("resourceVersion") else None
         for _ in range(WRITE_ATTEMPTS):
-            obj = self.get(kind, namespace, name)
+            obj, start = (start, None) if start is not None else (self.get(kind, namespace, name), None)
             if obj is None:
                 return None
             wanted = desired(obj)
@@ -241,12 +248,16 @@ class Kube:
             )
             parsed: Obj = json.loads(response.data)
             return parsed
+        # Raw JSON here too: a page of 500 custom objects is parsed once, by json.loads.
         if namespace:
-            page: Obj = self._custom.list_namespaced_custom_object(
-                kind.group, kind.version, namespace, kind.plural, **params
+            response = self._custom.list_namespaced_custom_object(
+                kind.group, kind.version, namespace, kind.plural, _preload_content=False, **params
             )
         else:
-            page = self._custom.list_cluster_custom_object(kind.group, kind.version, kind.plural, **params)
+            response = self._custom.list_cluster_custom_object(
+                kind.group, kind.version, kind.plural, _preload_content=False, **params
+            )
+        page: Obj = json.loads(response.data)
         return page
 
     def _patch(self, kind: Kind, namespace: str, name: str, body: Obj, subresource: bool) -> Obj:
