@@ -1,0 +1,190 @@
+"""resync at scale: thousands of adapters, paginated lists, nudges for exactly what drifted.
+
+2,000 seed-1 adapters over 40 ModelDeployments (one Ready replica each) and 200 seed-2
+adapters over 4 InferenceServices are created straight in the Kubernetes stand-in's store
+(each Ready/Available, used, Loaded, present in its pod's engine), then a known set drifts:
+seed 1 missing from its pod (load), stale usedBy (load), a new generation not yet observed
+(admit), loaded where no deployment names it (unload), deleted with our finalizer still set
+(unload); seed 2 missing from its pod (load), never admitted (admit). One ping to resync
+(over HTTP, functions-framework) must publish exactly those nudges, after paginated lists.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+
+from devstack.engines.base import LoadedAdapter
+from devstack.kube.store import WriteOptions
+from events.domain import STEP_EXTENSION
+from events.external import PING
+from functions.resources.kinds import (
+    FINALIZER,
+    INFERENCE_SERVICE,
+    MODEL_DEPLOYMENT,
+    SGLANG_ADAPTER,
+    VLLM_ADAPTER,
+    Kind,
+)
+from tests.functions.conftest import World
+from tests.reliability.conftest import record_result
+
+V1_ADAPTERS, DEPLOYMENTS = 2000, 40
+V2_ADAPTERS, SERVICES = 200, 4
+PAGE = 500  # functions.adapters.kube.Kube.iter's page size
+MODEL = "m1"
+STAMP = "2026-01-01T00:00:00Z"
+
+
+def _cond(type_: str, reason: str, status: str = "True") -> dict[str, str]:
+    return {"type": type_, "status": status, "reason": reason, "message": "ok", "lastTransitionTime": STAMP}
+
+
+def _rtype(world: World, kind: Kind) -> object:
+    found = world.kube.registry.lookup(kind.group, kind.version, kind.plural)
+    assert found is not None
+    return found
+
+
+def _put(
+    world: World, kind: Kind, ns: str, body: dict[str, object], status: dict[str, object] | None
+) -> None:
+    store, rtype = world.kube.store, _rtype(world, kind)
+    store.create(rtype, ns, {"apiVersion": kind.api_version, "kind": kind.kind, **body}, WriteOptions())
+    if status is not None:
+        name = body["metadata"]["name"]  # type: ignore[index]
+        store.mutate(rtype, ns, name, lambda obj, s=status: {**obj, "status": s}, "status", WriteOptions())
+
+
+def test_resync_nudges_exactly_the_drifted_over_thousands(world: World) -> None:
+    ns = world.namespace()
+    started = time.monotonic()
+    owner = {f"a{i:04d}": f"d{i % DEPLOYMENTS:02d}" for i in range(V1_ADAPTERS)}
+    names = sorted(owner)
+    for d in range(DEPLOYMENTS):
+        md = f"d{d:02d}"
+        spec = {"model": MODEL, "replicas": 1, "loraAdapters": sorted(a for a, o in owner.items() if o == md)}
+        world.create(
+            MODEL_DEPLOYMENT,
+            ns,
+            {"metadata": {"name": md}, "spec": spec},
+        )
+    isvc_of = {f"s{i:03d}": f"svc{i % SERVICES}" for i in range(V2_ADAPTERS)}
+    for s in range(SERVICES):
+        world.create(
+            INFERENCE_SERVICE,
+            ns,
+            {"metadata": {"name": f"svc{s}"}, "spec": {"runtime": "sglang", "replicas": 1}},
+        )
+    world.workload.sync()
+
+    # the known drifts (every 97th/89th/... adapter, disjoint)
+    missing = set(names[1::97])
+    stale_used = set(names[2::89]) - missing
+    stale_gen = set(names[3::83]) - missing - stale_used
+    deleting = set(names[4::211]) - missing - stale_used - stale_gen
+    surplus = {names[5], names[6]}  # also loaded in the pod of the next deployment
+    v2_names = sorted(isvc_of)
+    v2_missing = set(v2_names[1::23])
+    v2_unadmitted = set(v2_names[2::31]) - v2_missing
+
+    loaded = _cond("Loaded", "Loaded")
+    for name in names:
+        directory = f"/loraadapters/{ns}/{MODEL}/{name}/"
+        generation_drift = name in stale_gen
+        status = {
+            "observedGeneration": 0 if generation_drift else 1,
+            "phase": "Ready",
+            "ready": True,
+            "usedBy": [] if name in stale_used else [owner[name]],
+            "storageRef": {"path": directory},
+            "conditions": [_cond("Ready", "IntegrityVerified"), loaded],
+        }
+        meta: dict[str, object] = {"name": name, "namespace": ns, "finalizers": [FINALIZER]}
+        _put(world, VLLM_ADAPTER, ns, {"metadata": meta, "spec": {"model": MODEL}}, status)
+    for name in sorted(deleting):
+        world.kube.store.delete(_rtype(world, VLLM_ADAPTER), ns, name, {})
+    for name in v2_names:
+        spec = {
+            "name": f"{name}-v1",
+            "path": f"/sglang/{ns}/{name}",
+            "inferenceServiceRef": {"name": isvc_of[name]},
+        }
+        conds = [
+            _cond("Available", "InferenceServiceReady", "True"),
+            _cond("Error", "NoError", "False"),
+            loaded,
+        ]
+        for c in conds:
+            c["observedGeneration"] = 1  # type: ignore[assignment]
+        status = None if name in v2_unadmitted else {"conditions": conds, "loadedPath": spec["path"]}
+        meta = {"name": name, "namespace": ns, "finalizers": [FINALIZER]}
+        _put(world, SGLANG_ADAPTER, ns, {"metadata": meta, "spec": spec}, status)
+
+    # engines: every pod holds what it should, minus the "missing" drifts, plus the surplus
+    root = f"{world.data_dir}/loraadapters/{ns}/{MODEL}"
+    for d in range(DEPLOYMENTS):
+        md = f"d{d:02d}"
+        (pod,) = [
+            p["metadata"]["name"]
+            for p in world.workload.pods(ns, f"rackai.rackspace.com/model-deployment={md}")
+        ]
+        replica = world.workload.replica(ns, pod)
+        held = {a for a, o in owner.items() if o == md and a not in missing and a not in deleting}
+        held |= {a for a in surplus if owner[a] == f"d{(d - 1) % DEPLOYMENTS:02d}"}
+        held |= {a for a in deleting if owner[a] == md}  # deleting: still loaded -> unload
+        with replica._lock:  # the stand-in's own state: thousands of loads over HTTP are setup
+            for name in sorted(held):
+                replica._adapters[name] = LoadedAdapter(name, f"{root}/{name}")
+    for s in range(SERVICES):
+        svc = f"svc{s}"
+        (pod,) = [
+            p["metadata"]["name"]
+            for p in world.workload.pods(ns, f"inference.rackai.rackspace.com/inference-service={svc}")
+        ]
+        replica = world.workload.replica(ns, pod)
+        with replica._lock:
+            for name in v2_names:
+                if isvc_of[name] == svc and name not in v2_missing and name not in v2_unadmitted:
+                    replica._adapters[f"{name}-v1"] = LoadedAdapter(f"{name}-v1", f"/sglang/{ns}/{name}")
+    setup_s = time.monotonic() - started
+
+    expected = (
+        {(n, "load") for n in missing | stale_used}
+        | {(n, "admit") for n in stale_gen}
+        | {(n, "unload") for n in surplus | deleting}
+        | {(n, "load") for n in v2_missing}
+        | {(n, "admit") for n in v2_unadmitted}
+    )
+    world.sink.clear()
+    world.kube.reset_counters()
+    ping = world.event(PING, {"message": "resync"})
+    began = time.monotonic()
+    answer = world.post("resync", ping)
+    resync_s = time.monotonic() - began
+    assert answer.status_code == 204, answer.text
+    nudges = {
+        (e.get_data()["adapter"]["name"], e[STEP_EXTENSION])  # type: ignore[index]
+        for e in world.sink.events
+        if (e.get_data() or {}).get("adapter", {}).get("namespace") == ns  # type: ignore[union-attr]
+    }
+    lists = world.kube.requests
+    v1_lists = lists[("list", VLLM_ADAPTER.plural)]
+    result = {
+        "v1_adapters": V1_ADAPTERS,
+        "v2_adapters": V2_ADAPTERS,
+        "deployments": DEPLOYMENTS,
+        "services": SERVICES,
+        "drifted": len(expected),
+        "nudges": len(nudges),
+        "nudges_exactly_the_drifted": nudges == expected,
+        "adapter_list_pages": v1_lists,
+        "api_requests": world.kube.request_count,
+        "resync_s": round(resync_s, 2),
+        "setup_s": round(setup_s, 1),
+    }
+    record_result("resync_scale", result)
+    print("\nresync at scale: " + ", ".join(f"{k}={v}" for k, v in result.items()))
+    assert nudges == expected, (sorted(nudges - expected)[:10], sorted(expected - nudges)[:10])
+    assert v1_lists >= math.ceil(V1_ADAPTERS / PAGE), f"{v1_lists} list requests: not paginated"
+    assert all(verb != "get" for verb, _ in lists), f"per-object GETs: {dict(lists)}"
