@@ -4,6 +4,11 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
+SHELL  := /bin/bash
+.SHELLFLAGS := -o pipefail -c
+# This machine's pip config names local mirrors that may be absent; their warnings are noise.
+QUIET_PIP := grep -v "^WARNING: Location" || true
+
 .DEFAULT_GOAL := help
 .PHONY: help venv run serve test lint bench soak clean
 
@@ -12,8 +17,9 @@ help: ## Show this help
 
 $(STAMP): pyproject.toml constraints.txt
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	@$(PY) -m pip install -q --disable-pip-version-check --upgrade 'pip==25.3'
-	@$(PY) -m pip install -q --disable-pip-version-check -c constraints.txt -e '.[dev]'
+	@echo "Setting up $(VENV) (first run or dependencies changed)..."
+	@$(PY) -m pip install -q --disable-pip-version-check --upgrade 'pip==25.3' 2>&1 | { $(QUIET_PIP); }
+	@$(PY) -m pip install -q --disable-pip-version-check -c constraints.txt -e '.[dev]' 2>&1 | { $(QUIET_PIP); }
 	@touch $(STAMP)
 
 venv: $(STAMP) ## Create or refresh the virtualenv (idempotent)

@@ -98,7 +98,6 @@ def test_project_rbac_roles(real_kube_server: KubeServer) -> None:
         sa = client.CustomObjectsApi(api)
         for group, plural in (
             (GROUP, PLURAL),
-            (GROUP, "models"),
             (GROUP, "modeldeployments"),
             ("inference.rackai.rackspace.com", PLURAL),
             ("inference.rackai.rackspace.com", "inferenceservices"),
@@ -107,6 +106,9 @@ def test_project_rbac_roles(real_kube_server: KubeServer) -> None:
         assert client.CoreV1Api(api).list_pod_for_all_namespaces().items == []
         with pytest.raises(ApiException) as caught:
             sa.delete_collection_namespaced_custom_object(GROUP, VERSION, NS, PLURAL)
+        assert caught.value.status == 403
+        with pytest.raises(ApiException) as caught:  # Models are only ever read by name
+            sa.list_cluster_custom_object(GROUP, VERSION, "models")
         assert caught.value.status == 403
     granted = {(r.verb, r.group, r.resource) for r in real_kube_server.authorized_requests}
     assert ("list", "", "pods") in granted
