@@ -10,7 +10,7 @@ SHELL  := /bin/bash
 QUIET_PIP := grep -v "^WARNING: Location" || true
 
 .DEFAULT_GOAL := help
-.PHONY: help venv run serve test lint bench soak clean
+.PHONY: help venv run serve test lint bench soak reliability clean
 
 help: ## Show this help
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*## "}; {printf "  make %-8s %s\n", $$1, $$2}'
@@ -41,8 +41,11 @@ lint: $(STAMP) ## ruff + mypy
 bench: $(STAMP) ## Run the benchmark suite, write bench/results/*.json
 	$(PY) -m bench
 
-soak: $(STAMP) ## Longer chaos soak
-	LORAFLOW_SOAK_SECONDS=600 $(PY) -m pytest tests/reliability -k soak
+soak: $(STAMP) ## Longer chaos soak (10 minutes)
+	LORAFLOW_SOAK_SECONDS=600 $(PY) -m pytest tests/reliability -k soak -s
+
+reliability: $(STAMP) ## Reliability suite; records its figures in tests/reliability/results.json
+	LORAFLOW_RECORD_RESULTS=1 $(PY) -m pytest tests/reliability -s
 
 clean: ## Remove the virtualenv and caches
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .devstack
