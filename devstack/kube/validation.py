@@ -79,6 +79,14 @@ class Schema:
     list_map_keys: tuple[str, ...] = ()
     any_of: tuple[Schema, ...] = ()
     rules: tuple[CelRule, ...] = ()
+    # derived once at compile time (hot-path shortcuts; they never change a result)
+    rules_below: bool = False
+    """This node or a descendant carries CEL rules (else `_walk_rules` need not descend)."""
+    defaults_below: bool = False
+    """A descendant property has a `default` (else `apply_defaults` need not descend)."""
+    plain: str = ""
+    """For a scalar node whose only constraint is its type ("string", "integer", "number",
+    "boolean"): that type; a value of exactly that Python type validates and prunes to nothing."""
 
 
 _LIMIT_KEYS = (
@@ -112,6 +120,50 @@ def _compile_rule(doc: JSON) -> CelRule:
 
 def compile_schema(doc: JSON) -> Schema:
     """Compile an openAPIV3Schema document (regexes and CEL programs compiled here, once)."""
+    return _derive(_compile(doc))
+
+
+_PLAIN_TYPES = {"string": (str,), "integer": (int,), "number": (int, float), "boolean": (bool,)}
+_PLAIN_FORMATS = ("", "int32", "int64", "float", "double", "byte")
+
+
+def _derive(schema: Schema) -> Schema:
+    children = [*schema.properties.values(), *schema.any_of]
+    children += [c for c in (schema.additional, schema.items) if c is not None]
+    schema.rules_below = bool(schema.rules) or any(c.rules_below for c in children)
+    schema.defaults_below = any(
+        c.default is not _MISSING or c.defaults_below
+        for c in [*schema.properties.values(), *(c for c in (schema.additional, schema.items) if c)]
+    )
+    if (
+        schema.type in _PLAIN_TYPES
+        and schema.format in _PLAIN_FORMATS
+        and not (schema.properties or schema.additional or schema.items or schema.any_of)
+        and schema.enum is None
+        and schema.pattern is None
+        and not schema.limits
+        and not schema.int_or_string
+        and not schema.rules
+    ):
+        schema.plain = schema.type
+    return schema
+
+
+def _plain_ok(value: Any, schema: Schema) -> bool:
+    """`value` certainly validates (and prunes, defaults) to nothing under `schema`."""
+    if not schema.plain:
+        return False
+    kind = type(value)
+    if schema.plain == "string":
+        return kind is str
+    if schema.plain == "boolean":
+        return kind is bool
+    if schema.plain == "integer":
+        return kind is int
+    return kind is int or kind is float
+
+
+def _compile(doc: JSON) -> Schema:
     additional = doc.get("additionalProperties")
     return Schema(
         type=doc.get("type", ""),
@@ -157,8 +209,10 @@ def prune(value: Any, schema: Schema, path: str = "", root: bool = True) -> list
 
 def _prune_object(value: JSON, schema: Schema, path: str, meta: bool, pruned: list[str]) -> None:
     for key in list(value):
-        child_path = _join(path, key)
         child = schema.properties.get(key) or schema.additional
+        if child is not None and not meta and _plain_ok(value[key], child):
+            continue  # a plain scalar: nothing to prune below it
+        child_path = _join(path, key)
         if meta and key in ("apiVersion", "kind"):
             continue
         if meta and key == "metadata" and isinstance(value[key], dict):
@@ -174,11 +228,14 @@ def _prune_object(value: JSON, schema: Schema, path: str, meta: bool, pruned: li
         if value[key] is None and not child.nullable:
             del value[key]
             continue
-        pruned += prune(value[key], child, child_path, False)
+        if isinstance(value[key], dict | list):
+            pruned += prune(value[key], child, child_path, False)
 
 
 def apply_defaults(value: Any, schema: Schema) -> None:
     """apiextensions defaulting: `default:` values set for missing properties, recursively."""
+    if not schema.defaults_below:
+        return  # no `default` anywhere below: nothing to set
     if isinstance(value, dict):
         for key, child in schema.properties.items():
             if key not in value and child.default is not _MISSING:
@@ -329,7 +386,7 @@ def _validate_object(value: JSON, schema: Schema, path: str) -> list[Cause]:
     ]
     for key, item in value.items():
         child = schema.properties.get(key) or schema.additional
-        if child is not None:
+        if child is not None and not _plain_ok(item, child):
             causes += validate(item, child, _join(path, key))
     limits = schema.limits
     if "minProperties" in limits and len(value) < limits["minProperties"]:
@@ -352,8 +409,10 @@ def _validate_object(value: JSON, schema: Schema, path: str) -> list[Cause]:
 def _validate_array(value: list[Any], schema: Schema, path: str) -> list[Cause]:
     causes: list[Cause] = []
     if schema.items is not None:
+        items = schema.items
         for index, item in enumerate(value):
-            causes += validate(item, schema.items, f"{path}[{index}]")
+            if not _plain_ok(item, items):
+                causes += validate(item, items, f"{path}[{index}]")
     limits = schema.limits
     if "minItems" in limits and len(value) < limits["minItems"]:
         causes.append(
@@ -405,9 +464,9 @@ def _walk_rules(
         old_map = old if isinstance(old, dict) else {}
         for key, item in value.items():
             child = schema.properties.get(key) or schema.additional
-            if child is not None and item is not None:
+            if child is not None and item is not None and child.rules_below:
                 yield from _walk_rules(item, old_map.get(key), child, _join(path, key))
-    elif isinstance(value, list) and schema.items is not None:
+    elif isinstance(value, list) and schema.items is not None and schema.items.rules_below:
         for index, item in enumerate(value):
             yield from _walk_rules(item, None, schema.items, f"{path}[{index}]")
 
@@ -479,14 +538,16 @@ def process(obj: JSON, schema: Schema, old: JSON | None) -> tuple[list[str], lis
     pruned = prune(obj, schema)
     apply_defaults(obj, schema)
     body = {k: v for k, v in obj.items() if k not in ("apiVersion", "kind", "metadata")}
-    body_schema = Schema(
-        type="object",
-        properties={
-            k: v for k, v in schema.properties.items() if k not in ("apiVersion", "kind", "metadata")
-        },
-        required=tuple(r for r in schema.required if r != "metadata"),
-        rules=schema.rules,
-        preserve_unknown=schema.preserve_unknown,
+    body_schema = _derive(
+        Schema(
+            type="object",
+            properties={
+                k: v for k, v in schema.properties.items() if k not in ("apiVersion", "kind", "metadata")
+            },
+            required=tuple(r for r in schema.required if r != "metadata"),
+            rules=schema.rules,
+            preserve_unknown=schema.preserve_unknown,
+        )
     )
     causes = validate(body, body_schema)
     if not causes:
