@@ -1,15 +1,27 @@
 """functions-framework source: every step, chosen at run time by FUNCTION_TARGET.
 
 functions-framework --source main.py --target admit --signature-type http
+
+Each function's module is imported on first access (PEP 562 module `__getattr__`), so a
+process serving one step imports only that step and what it needs, not all eight: the
+container runs one target per process, and cold start is paid per process.
 """
 
-from functions.admit import admit
-from functions.ingest import ingest
-from functions.load import load
-from functions.reload import reload
-from functions.resync import resync
-from functions.stat import stat
-from functions.unload import unload
-from functions.verify import verify
+from __future__ import annotations
+
+import importlib
+from typing import Any
 
 __all__ = ["admit", "ingest", "load", "reload", "resync", "stat", "unload", "verify"]
+
+
+def __getattr__(name: str) -> Any:
+    if name in __all__:
+        function = getattr(importlib.import_module(f"functions.{name}"), name)
+        globals()[name] = function
+        return function
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(list(globals()) + __all__)

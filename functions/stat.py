@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from cloudevents.http import CloudEvent
 from pydantic import ValidationError
@@ -36,7 +36,6 @@ from events.domain import (
 )
 from functions import _edge
 from functions._inputs import adapter_ref
-from functions.adapters.storage import StoredFile
 from functions.errors import Reject
 from functions.logic import phase
 from functions.logic.paths import STORAGE_ROOT, adapter_dir, adapter_of_path, check_storage_path, is_under
@@ -49,6 +48,9 @@ from functions.resources.rackai import (
     LoRAAdapter,
     LoRAAdapterStatus,
 )
+
+if TYPE_CHECKING:  # the storage adapter (httpx, urllib3) is imported when a handler first needs it
+    from functions.adapters.storage import StoredFile
 
 NAME = "stat"
 ACCEPTS = (ADAPTER_ADMITTED, FILE_CHANGED, ADAPTER_DRIFTED)
