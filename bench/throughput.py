@@ -1,0 +1,174 @@
+"""9. Throughput: events per second one function instance sustains through the local broker.
+
+Embedded stack (devstack.stack.Stack): one ModelDeployment of 2 replicas serving K adapters,
+each uploaded, verified and loaded through the real chain first. Then, per step (stat,
+load), a burst of N `io.loraflow.adapter.drifted.v1` nudges (extension loraflowstep=<step>,
+round robin over the adapters) is published into the broker, which routes them by the
+knative/ Triggers to that step's one functions-framework instance (werkzeug, threaded; the
+broker delivers with up to 32 workers). Every nudge makes the function do its whole job:
+stat re-reads the adapter and lists its directory (no change: 204), load re-reads the
+adapter, lists deployments and pods and asks each engine for its listing (all present: 204,
+status unchanged, nothing written).
+Measured: events / (last delivery done - first publish), and the per-event latency (publish
+to delivery done, queueing included) from the broker's own log; also one event at a time
+(service time without queueing). No target in the issue: the figure is reported.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import secrets
+import time
+from typing import Any
+
+from cloudevents.http import CloudEvent
+
+from bench import world as w
+from bench.common import Result, median_of, percentile
+from devstack.stack import Stack
+from events.domain import ADAPTER_DRIFTED, STEP_EXTENSION
+from functions.resources.kinds import MODEL as MODEL_KIND
+from functions.resources.kinds import MODEL_DEPLOYMENT, MODEL_DEPLOYMENT_LABEL, VLLM_ADAPTER
+
+NS = "default"
+
+
+def _setup(stack: Stack, adapters: list[str], replicas: int) -> None:
+    custom = stack.custom
+
+    def create(kind: Any, body: dict[str, Any]) -> None:
+        body = {"apiVersion": kind.api_version, "kind": kind.kind, **body}
+        custom.create_namespaced_custom_object(kind.group, kind.version, NS, kind.plural, body)
+
+    create(MODEL_KIND, {"metadata": {"name": w.MODEL}, "spec": {"displayName": "bench model"}})
+    create(
+        MODEL_DEPLOYMENT,
+        {
+            "metadata": {"name": "d1"},
+            "spec": {"model": w.MODEL, "replicas": replicas, "loraAdapters": adapters},
+        },
+    )
+
+    def ready_pods() -> int:
+        pods = stack.workload.pods(NS, f"{MODEL_DEPLOYMENT_LABEL}=d1")
+        return sum(
+            any(
+                c.get("type") == "Ready" and c.get("status") == "True"
+                for c in p["status"].get("conditions") or []
+            )
+            for p in pods
+        )
+
+    assert w.wait_until(lambda: ready_pods() == replicas, 60, 0.05)
+    for name in adapters:
+        base = f"/loraadapters/{NS}/{w.MODEL}/{name}/"
+        files = {
+            base + "adapter_config.json": json.dumps({"peft_type": "LORA", "r": 8}).encode(),
+            base + "adapter_model.safetensors": name.encode(),
+        }
+        md5s = {p: hashlib.md5(c, usedforsecurity=False).hexdigest() for p, c in files.items()}
+        create(
+            VLLM_ADAPTER, {"metadata": {"name": name}, "spec": {"model": w.MODEL, "integrity": {"md5": md5s}}}
+        )
+        for path, content in files.items():
+            stack.filer.put_file(path, content)
+    replicas_of = [r for key, r in stack.workload.fleet.items() if key.startswith(NS + "/")]
+    assert w.wait_until(lambda: all(set(adapters) <= set(r.loaded) for r in replicas_of), 60, 0.05)
+    stack.settle(timeout=30, quiet=0.5)
+
+
+def _nudge(step: str, name: str) -> CloudEvent:
+    data = {**w.adapter_data(VLLM_ADAPTER, NS, name), "step": step, "reason": "bench"}
+    attributes = {
+        "type": ADAPTER_DRIFTED,
+        "source": "/bench/throughput",
+        "id": secrets.token_hex(8),
+        "subject": VLLM_ADAPTER.path(NS, name),
+        STEP_EXTENSION: step,
+    }
+    return CloudEvent(attributes, data)
+
+
+def _deliveries(stack: Stack, ids: set[str], since: int) -> list[dict[str, Any]]:
+    return [
+        e
+        for e in stack.broker.log.since(since)
+        if e["id"] in ids and e["outcome"] in ("delivered", "dead-lettered", "failed")
+    ]
+
+
+def _last_seq(stack: Stack) -> int:
+    entries = stack.broker.log.since(0)
+    return entries[-1]["seq"] if entries else 0
+
+
+def _burst(stack: Stack, step: str, adapters: list[str], count: int) -> dict[str, Any]:
+    events = [_nudge(step, adapters[i % len(adapters)]) for i in range(count)]
+    ids = {e["id"] for e in events}
+    since = _last_seq(stack)
+    started = time.perf_counter()
+    for event in events:
+        stack.broker.publish(event)
+    assert w.wait_until(lambda: len(_deliveries(stack, ids, since)) >= count, 120, 0.005)
+    elapsed = time.perf_counter() - started
+    done = _deliveries(stack, ids, since)
+    latencies = [float(e["duration_ms"]) for e in done]
+    ok = sum(1 for e in done if e["outcome"] == "delivered" and 200 <= int(e.get("status") or 0) < 300)
+    stack.settle(timeout=30, quiet=0.3)
+    return {
+        "events": count,
+        "ok": ok,
+        "seconds": round(elapsed, 3),
+        "events_per_s": round(count / elapsed, 1),
+        "latency_ms": {
+            "p50": round(percentile(latencies, 50), 1),
+            "p90": round(percentile(latencies, 90), 1),
+            "p99": round(percentile(latencies, 99), 1),
+            "max": round(max(latencies), 1),
+        },
+    }
+
+
+def _one_at_a_time(stack: Stack, step: str, adapters: list[str], count: int) -> dict[str, float]:
+    latencies: list[float] = []
+    for i in range(count):
+        event = _nudge(step, adapters[i % len(adapters)])
+        since = _last_seq(stack)
+        stack.broker.publish(event)
+        assert w.wait_until(lambda e=event, s=since: bool(_deliveries(stack, {e["id"]}, s)), 30, 0.001)
+        latencies.append(float(_deliveries(stack, {event["id"]}, since)[0]["duration_ms"]))
+    return {
+        "p50": round(median_of(latencies), 1),
+        "p90": round(percentile(latencies, 90), 1),
+    }
+
+
+def run(smoke: bool) -> Result:
+    adapters = [f"t{i:02d}" for i in range(4 if smoke else 20)]
+    count = 40 if smoke else 400
+    sequential = 5 if smoke else 40
+    steps = ("stat", "load")
+    results: dict[str, dict[str, Any]] = {}
+    with Stack(ping_period=None) as stack:
+        _setup(stack, adapters, replicas=2)
+        for step in steps:
+            _burst(stack, step, adapters, max(10, count // 10))  # warm-up
+            results[step] = _burst(stack, step, adapters, count)
+            results[step]["one_at_a_time_ms"] = _one_at_a_time(stack, step, adapters, sequential)
+    slowest = min(steps, key=lambda s: results[s]["events_per_s"])
+    all_ok = all(r["ok"] == r["events"] for r in results.values())
+    return Result(
+        name="throughput",
+        title="Throughput of one function instance through the local broker (stat, load)",
+        value=results[slowest]["events_per_s"],
+        unit="events/s",
+        target="reported (no target); every event answered 2xx",
+        met=all_ok,
+        details={"adapters": len(adapters), "replicas": 2, "burst": count, **results},
+        note="; ".join(
+            f"{s}: {r['events_per_s']:.0f} events/s, burst latency p50 {r['latency_ms']['p50']:.0f} / "
+            f"p99 {r['latency_ms']['p99']:.0f} ms, alone p50 {r['one_at_a_time_ms']['p50']:.0f} ms"
+            for s, r in results.items()
+        ),
+    )

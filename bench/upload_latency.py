@@ -1,0 +1,329 @@
+"""1. Upload-to-serving latency on the embedded stack (devstack.stack.Stack, as `make run`).
+
+An adapter declares its MD5s (spec.integrity.md5) and is named by a ModelDeployment of N
+replicas (engine load latency 0); its config file is uploaded first and the stack settles
+(admit, stat, verify: not Ready, a file is missing). The clock starts when the last file is
+written to the filer (which queues its notification to the ingest webhook) and stops when
+the adapter is Ready=True and Loaded=True and every replica's engine lists it. In between,
+everything is the real chain: filer webhook -> ingest -> broker -> stat -> verify -> load,
+each step a functions-framework app over HTTP, routed by the knative/ Triggers, with the
+ApiServerSource stand-in turning our own status writes into events as in a cluster.
+
+Reference, timed in the same run (broker deliveries dropped meanwhile, so no function
+competes): the minimal sequence of HTTP calls the chain needs, made directly with one
+keep-alive client: adapter GET, filer listing, status PATCH (stat); adapter GET, status
+PATCH (verify); adapter GET, deployments list, config GET, pods list, per pod (concurrently,
+LORAFLOW_LOAD_CONCURRENCY) GET /v1/models + POST /v1/load_lora_adapter, status PATCH (load).
+Target: median <= 150 ms at 3 replicas, and <= 3x the reference.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import hashlib
+import json
+import time
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import httpx
+
+from bench import world as w
+from bench.common import Result, median_of, percentile
+from devstack.broker import Faults
+from devstack.stack import Stack
+from functions.logic.paths import engine_path
+from functions.resources.kinds import MODEL as MODEL_KIND
+from functions.resources.kinds import MODEL_DEPLOYMENT, MODEL_DEPLOYMENT_LABEL, VLLM_ADAPTER
+from functions.settings import Settings
+
+NS = "default"
+MERGE = {"Content-Type": "application/merge-patch+json"}
+
+
+def _files(name: str) -> dict[str, bytes]:
+    base = f"/loraadapters/{NS}/{w.MODEL}/{name}/"
+    return {
+        base + "adapter_config.json": json.dumps({"peft_type": "LORA", "r": 8}).encode(),
+        base + "adapter_model.safetensors": f"weights of {name}".encode(),
+    }
+
+
+def _md5s(files: dict[str, bytes]) -> dict[str, str]:
+    return {p: hashlib.md5(c, usedforsecurity=False).hexdigest() for p, c in files.items()}
+
+
+class Probe:
+    """Reads the stand-ins' own state in process (no HTTP): what `done` waits for."""
+
+    def __init__(self, stack: Stack, deployment: str) -> None:
+        self.stack = stack
+        rtype = stack.kube.registry.lookup(VLLM_ADAPTER.group, VLLM_ADAPTER.version, VLLM_ADAPTER.plural)
+        assert rtype is not None
+        self.rtype = rtype
+        pods = stack.workload.pods(NS, f"{MODEL_DEPLOYMENT_LABEL}={deployment}")
+        self.replicas = [stack.workload.replica(NS, p["metadata"]["name"]) for p in pods]
+
+    def conditions(self, name: str) -> dict[str, str]:
+        try:
+            obj = self.stack.kube.store.get(self.rtype, NS, name)
+        except Exception:
+            return {}
+        return {c.get("type"): c.get("status") for c in (obj.get("status") or {}).get("conditions") or []}
+
+    def everywhere(self, name: str) -> bool:
+        return bool(self.replicas) and all(name in r.loaded for r in self.replicas)
+
+
+def _deployment(stack: Stack, replicas: int, adapters: list[str]) -> None:
+    custom = stack.custom
+    with contextlib.suppress(Exception):  # already there (second size in the same stack)
+        custom.create_namespaced_custom_object(
+            MODEL_KIND.group,
+            MODEL_KIND.version,
+            NS,
+            MODEL_KIND.plural,
+            {
+                "apiVersion": MODEL_KIND.api_version,
+                "kind": MODEL_KIND.kind,
+                "metadata": {"name": w.MODEL},
+                "spec": {"displayName": "bench model"},
+            },
+        )
+    custom.create_namespaced_custom_object(
+        MODEL_DEPLOYMENT.group,
+        MODEL_DEPLOYMENT.version,
+        NS,
+        MODEL_DEPLOYMENT.plural,
+        {
+            "apiVersion": MODEL_DEPLOYMENT.api_version,
+            "kind": MODEL_DEPLOYMENT.kind,
+            "metadata": {"name": f"d{replicas}"},
+            "spec": {"model": w.MODEL, "replicas": replicas, "loraAdapters": adapters},
+        },
+    )
+
+
+def _ready_pods(stack: Stack, deployment: str) -> int:
+    pods = stack.workload.pods(NS, f"{MODEL_DEPLOYMENT_LABEL}={deployment}")
+    ready = 0
+    for pod in pods:
+        conditions = (pod.get("status") or {}).get("conditions") or []
+        if any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions):
+            ready += 1
+    return ready
+
+
+def _create_adapter(stack: Stack, name: str, md5s: dict[str, str]) -> None:
+    stack.custom.create_namespaced_custom_object(
+        VLLM_ADAPTER.group,
+        VLLM_ADAPTER.version,
+        NS,
+        VLLM_ADAPTER.plural,
+        {
+            "apiVersion": VLLM_ADAPTER.api_version,
+            "kind": VLLM_ADAPTER.kind,
+            "metadata": {"name": name},
+            "spec": {"model": w.MODEL, "integrity": {"md5": md5s}},
+        },
+    )
+
+
+def _measure_one(stack: Stack, probe: Probe, name: str) -> tuple[float, float]:
+    """(seconds to Ready, seconds to Ready and loaded everywhere) from the last file's write."""
+    files = _files(name)
+    _create_adapter(stack, name, _md5s(files))
+    first, last = list(files.items())
+    stack.filer.put_file(*first)
+    stack.settle(timeout=20, quiet=0.2)
+    assert probe.conditions(name).get("Ready") != "True"
+    ready_at: list[float] = []
+    started = time.perf_counter()
+    stack.filer.put_file(*last)
+    deadline = started + 30
+    while True:
+        conditions = probe.conditions(name)
+        if not ready_at and conditions.get("Ready") == "True":
+            ready_at.append(time.perf_counter())
+        if conditions.get("Loaded") == "True" and probe.everywhere(name):
+            done = time.perf_counter()
+            break
+        if time.perf_counter() > deadline:
+            raise AssertionError(f"{name}: not served after 30 s: {conditions}")
+        time.sleep(0.001)
+    stack.settle(timeout=20, quiet=0.2)
+    return (ready_at[0] if ready_at else done) - started, done - started
+
+
+def _reference(stack: Stack, name: str, deployment: str, concurrency: int, steps: dict[str, float]) -> float:
+    """The minimal HTTP sequence, made directly (functions idle: broker drops deliveries)."""
+    files = _files(name)
+    md5s = _md5s(files)
+    _create_adapter(stack, name, md5s)
+    for path, content in files.items():
+        stack.filer.put_file(path, content)
+    stack.settle(timeout=20, quiet=0.1)
+    kube = stack.kube.url.rstrip("/")
+    auth = {"Authorization": f"Bearer {stack.kube.admin_token}"}
+    group_version = f"{VLLM_ADAPTER.group}/{VLLM_ADAPTER.version}"
+    obj_url = f"{kube}/apis/{group_version}/namespaces/{NS}/{VLLM_ADAPTER.plural}/{name}"
+    directory = f"/loraadapters/{NS}/{w.MODEL}/{name}/"
+    stamp = "2026-01-01T00:00:00Z"
+    ready = {
+        "type": "Ready",
+        "status": "True",
+        "reason": "IntegrityVerified",
+        "message": "ok",
+        "lastTransitionTime": stamp,
+    }
+    with httpx.Client(timeout=30, verify=False) as http, ThreadPoolExecutor(concurrency) as pool:
+        # warm the connections (the functions' clients are warm too)
+        http.get(obj_url, headers=auth)
+        http.get(stack.filer.url + directory, headers={"Accept": "application/json"})
+        started = time.perf_counter()
+
+        def step(label: str) -> None:
+            steps[label] = steps.get(label, 0.0) + time.perf_counter() - started
+
+        # stat
+        http.get(obj_url, headers=auth).raise_for_status()
+        listing = http.get(stack.filer.url + directory, headers={"Accept": "application/json"}).json()
+        entries = listing.get("Entries") or []
+        status_files = [{"path": e["FullPath"], "size": e.get("FileSize") or 0} for e in entries]
+        integrity = {
+            e["FullPath"]: {"md5": base64.b64decode(e["Md5"]).hex(), "size": e.get("FileSize") or 0}
+            for e in entries
+        }
+        http.patch(
+            obj_url + "/status",
+            headers={**auth, **MERGE},
+            content=json.dumps(
+                {"status": {"files": status_files, "size": "1Ki", "integrity": {"files": integrity}}}
+            ),
+        ).raise_for_status()
+        step("stat")
+        # verify
+        http.get(obj_url, headers=auth).raise_for_status()
+        http.patch(
+            obj_url + "/status",
+            headers={**auth, **MERGE},
+            content=json.dumps(
+                {"status": {"conditions": [ready], "phase": "Ready", "ready": True, "uploadComplete": True}}
+            ),
+        ).raise_for_status()
+        step("verify")
+        # load
+        http.get(obj_url, headers=auth).raise_for_status()
+        http.get(
+            f"{kube}/apis/{MODEL_DEPLOYMENT.group}/{MODEL_DEPLOYMENT.version}/namespaces/{NS}/"
+            f"{MODEL_DEPLOYMENT.plural}",
+            headers=auth,
+        ).raise_for_status()
+        http.get(stack.filer.url + directory + "adapter_config.json").raise_for_status()
+        pods = http.get(
+            f"{kube}/api/v1/namespaces/{NS}/pods",
+            params={"labelSelector": f"{MODEL_DEPLOYMENT_LABEL}={deployment}"},
+            headers=auth,
+        ).json()["items"]
+        urls = [
+            f"http://{p['status']['podIP']}:{p['spec']['containers'][0]['ports'][0]['containerPort']}"
+            for p in pods
+        ]
+        path = engine_path(str(stack.mount_root), directory)
+
+        def serve(url: str) -> None:
+            http.get(url + "/v1/models").raise_for_status()
+            http.post(
+                url + "/v1/load_lora_adapter", json={"lora_name": name, "lora_path": path}
+            ).raise_for_status()
+
+        step("planned")
+        list(pool.map(serve, urls))
+        step("loaded")
+        loaded = {
+            "type": "Loaded",
+            "status": "True",
+            "reason": "Loaded",
+            "message": "ok",
+            "lastTransitionTime": stamp,
+        }
+        http.patch(
+            obj_url + "/status",
+            headers={**auth, **MERGE},
+            content=json.dumps({"status": {"usedBy": [deployment], "conditions": [ready, loaded]}}),
+        ).raise_for_status()
+        step("written")
+        return time.perf_counter() - started
+
+
+def _size(stack: Stack, replicas: int, repeats: int, concurrency: int) -> dict[str, Any]:
+    deployment = f"d{replicas}"
+    names = [f"r{replicas}-u{i}" for i in range(repeats + 1)]  # +1: warm-up
+    _deployment(stack, replicas, names)
+    assert w.wait_until(lambda: _ready_pods(stack, deployment) == replicas, 60, 0.05)
+    stack.settle(timeout=20, quiet=0.3)
+    probe = Probe(stack, deployment)
+    runs = [_measure_one(stack, probe, name) for name in names]
+    runs = runs[1:]
+    stack.broker.set_faults(Faults(drop=1.0))
+    steps: dict[str, float] = {}
+    try:
+        reference = [
+            _reference(stack, f"r{replicas}-ref{i}", deployment, concurrency, steps)
+            for i in range(repeats + 1)  # +1: warm-up, dropped
+        ][1:]
+    finally:
+        stack.broker.set_faults(None)
+    # the replicas are removed so the next size starts from the same state
+    stack.custom.delete_namespaced_custom_object(
+        MODEL_DEPLOYMENT.group, MODEL_DEPLOYMENT.version, NS, MODEL_DEPLOYMENT.plural, deployment
+    )
+    served = [s for _, s in runs]
+    return {
+        "replicas": replicas,
+        "median_ms": round(median_of(served) * 1000, 1),
+        "p90_ms": round(percentile(served, 90) * 1000, 1),
+        "to_ready_median_ms": round(median_of([r for r, _ in runs]) * 1000, 1),
+        "samples_ms": [round(s * 1000, 1) for s in served],
+        "reference_ms": round(median_of(reference) * 1000, 1),
+        "reference_samples_ms": [round(s * 1000, 1) for s in reference],
+        "ratio": round(median_of(served) / median_of(reference), 2),
+        "reference_mean_cumulative_ms": {k: round(v / (repeats + 1) * 1000, 1) for k, v in steps.items()},
+    }
+
+
+def run(smoke: bool) -> Result:
+    sizes = (2,) if smoke else (3, 20)
+    repeats = 1 if smoke else 7
+    concurrency = Settings.from_env().load_concurrency
+    results: dict[int, dict[str, Any]] = {}
+    with Stack(ping_period=None) as stack:
+        for replicas in sizes:
+            results[replicas] = _size(stack, replicas, repeats, concurrency)
+            # the deployment was deleted: let its replicas go before the next size (best effort)
+            w.wait_until(lambda: not stack.workload.pods(NS, MODEL_DEPLOYMENT_LABEL), 5, 0.05)
+    main = results[sizes[0]]
+    value = main["median_ms"]
+    met = value <= 150 and all(r["ratio"] <= 3 for r in results.values())
+    notes = "; ".join(
+        f"{n} replicas: {r['median_ms']:.0f} ms (Ready at {r['to_ready_median_ms']:.0f} ms) vs "
+        f"direct {r['reference_ms']:.0f} ms = {r['ratio']:.1f}x"
+        for n, r in results.items()
+    )
+    return Result(
+        name="upload_latency",
+        title=f"Upload to serving: last file's notification to Ready and loaded in {sizes[0]} replicas",
+        value=value,
+        unit="ms",
+        reference=main["reference_ms"],
+        ratio=main["ratio"],
+        target=f"<= 150 ms at {sizes[0]} replicas and <= 3x the direct HTTP sequence",
+        met=met,
+        details={
+            "sizes": {str(k): v for k, v in results.items()},
+            "concurrency": concurrency,
+            "engine_latency_ms": 0,
+        },
+        note=notes,
+    )
