@@ -9,7 +9,8 @@ Writes: one status write: files [{path, size}], size (BinarySI Quantity of the t
     "0" when empty), integrity.files {path: {md5 (hex, omitted when the backend reported
     none), size}} whenever at least one file was seen (removed when none); phase/ready
     re-derived (files seen moves Pending to Processing).
-Replies: `io.loraflow.adapter.statcompleted.v1` only when the observation changed.
+Replies: `io.loraflow.adapter.statcompleted.v1` when the observation changed, and always on a
+    resync nudge (which means a verify was lost).
 Outcomes: 200 + statcompleted; 204 nothing changed / seed-2 adapter / no adapter at that
     path / adapter gone or being deleted; 400 a path not normalised or not under
     /loraadapters/, malformed event; 503 storage or Kubernetes API unavailable (status is
@@ -123,7 +124,15 @@ def _targets(event: CloudEvent) -> list[tuple[str, str, str | None]]:
     return out
 
 
-def _one(deps: _edge.Deps, namespace: str, name: str, model: str | None) -> CloudEvent | None:
+def _one(
+    deps: _edge.Deps, namespace: str, name: str, model: str | None, nudged: bool = False
+) -> CloudEvent | None:
+    """Observe one adapter's directory; reply when the observation changed or resync nudged.
+
+    A resync nudge means the adapter is stuck short of a verdict, most likely because the
+    verify delivery after an earlier observation was lost: the observation is then unchanged,
+    so the reply must not depend on a change or nothing would ever run verify again.
+    """
     kube = deps.kube
     obj = kube.get(VLLM_ADAPTER, namespace, name)
     if obj is None or (obj.get("metadata") or {}).get("deletionTimestamp"):
@@ -146,9 +155,12 @@ def _one(deps: _edge.Deps, namespace: str, name: str, model: str | None) -> Clou
         return decide(fresh, listing, now).to_wire()
 
     written = kube.write_status(VLLM_ADAPTER, namespace, name, desired)
-    if written is None or not written.changed:
+    if written is None:
         return None
-    if observation(seen["before"].get("status")) == observation(written.obj.get("status")):
+    unchanged = not written.changed or observation(seen["before"].get("status")) == observation(
+        written.obj.get("status")
+    )
+    if unchanged and not nudged:
         return None
     ref = AdapterRef(api_version=VLLM_ADAPTER.api_version, namespace=namespace, name=name)
     files = (written.obj.get("status") or {}).get("files") or []
@@ -173,7 +185,8 @@ def handle(event: CloudEvent, deps: _edge.Deps) -> CloudEvent | None:
     # A rename between two adapters touches both; the reply (one per response) goes to the
     # adapter the file arrived in, the other one is repaired by the next nudge/resync.
     targets = _targets(event)
-    replies = [_one(deps, ns, name, model) for ns, name, model in targets]
+    nudged = event["type"] == ADAPTER_DRIFTED
+    replies = [_one(deps, ns, name, model, nudged) for ns, name, model in targets]
     return _first(reversed(replies))
 
 
