@@ -2,8 +2,11 @@
 
 Measured: the load function's answer to `adapter.ready` (list deployments, list pods, 50
 listings, 50 loads with LORAFLOW_LOAD_CONCURRENCY in flight, one status write), a new adapter
-per repetition. Ideal: ceil(50 / concurrency) x 100 ms. Also measured once: the same 50 loads
-made pod after pod, directly against the engines (the speed-up the fan-out buys).
+per repetition. The function runs in its own functions-framework process, as in a cluster
+(in this process it would share one GIL with the 50 engine stand-ins and the API server); its
+first event (imports, clients) is not measured. Ideal: ceil(50 / concurrency) x 100 ms. Also
+measured once: the same 50 loads made pod after pod, directly against the engines (the
+speed-up the fan-out buys).
 Target: <= 1.3x the ideal.
 """
 
@@ -25,21 +28,23 @@ def run(smoke: bool) -> Result:
     latency = 0.02 if smoke else 0.1
     repeats = 2 if smoke else 5
     concurrency = Settings.from_env().load_concurrency
-    with w.world(load_latency_s=latency) as world:
+    with w.world(functions=False, load_latency_s=latency) as world, w.function_process("load") as load_url:
         ns = world.namespace()
-        names = [f"a{i}" for i in range(repeats + 1)]
+        names = [f"a{i}" for i in range(repeats + 2)]
         world.deployment(ns, "d1", replicas, names)
         world.workload.sync()
         samples: list[float] = []
-        for name in names[:repeats]:
+        for index, name in enumerate(names[: repeats + 1]):
             world.ready_adapter(ns, name)
             event = w.event(ADAPTER_READY, w.adapter_data(VLLM_ADAPTER, ns, name))
             responses: list[httpx.Response] = []
-            samples.append(timed(lambda e=event: responses.append(world.post("load", e))))
+            elapsed = timed(lambda e=event: responses.append(w.post_to(world.http, load_url, e)))
+            if index:  # the first event warms the new process up (imports, clients): not measured
+                samples.append(elapsed)
             assert responses[0].status_code == 200, responses[0].text
             assert all(name in r.loaded for _, r in world.workload.fleet.items())
         # pod after pod, directly: the same loads without any fan-out
-        last = names[repeats]
+        last = names[repeats + 1]
         world.put_files(ns, last)
         path = w.engine_path(world, ns, last)
         urls = [r.url for _, r in world.workload.fleet.items()]
@@ -66,5 +71,14 @@ def run(smoke: bool) -> Result:
             "pod_after_pod_ms": round(sequential * 1000, 1),
             "speedup_over_pod_after_pod": round(sequential / value, 2),
         },
-        note=f"reference = ideal; {sequential / value:.1f}x faster than pod after pod",
+        note=f"reference = ideal; {sequential / value:.1f}x faster than pod after pod"
+        + (
+            ""
+            if ratio <= 1.3
+            else f"; NOT met: {math.ceil(replicas / concurrency)} waves of (listing + load) at "
+            f"~{value / math.ceil(replicas / concurrency) * 1000:.0f} ms each instead of "
+            f"{latency * 1000:.0f} ms: the 50 engine stand-ins and the API server share 2 CPUs and one "
+            "GIL in the bench process (per call ~5-20 ms on top of the latency); the function's own "
+            "client CPU is ~1.5 ms per call (httpx; urllib3 would save ~30 ms in all, measured)"
+        ),
     )

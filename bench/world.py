@@ -327,6 +327,38 @@ def spawn(target: str, source: Path, port: int, extra_env: dict[str, str] | None
     )
 
 
+@contextlib.contextmanager
+def function_process(name: str) -> Iterator[str]:
+    """`name` served by functions-framework in its own process, as one Knative Service's pod
+    is in a cluster (its Python does not share a GIL with the stand-ins); configured by the
+    environment `world()` set. Yields its URL; the process is stopped on exit."""
+    import signal
+
+    port = free_port()
+    process = spawn(name, ROOT / "main.py", port)
+    url = f"http://127.0.0.1:{port}/"
+
+    def answers(http: httpx.Client) -> bool:
+        try:
+            return http.get(url + "healthz").status_code == 200
+        except httpx.TransportError:
+            return False
+
+    try:
+        with httpx.Client(timeout=5) as http:
+            if not wait_until(lambda: answers(http), 60, 0.01):
+                raise RuntimeError(f"{name} did not start")
+        yield url
+    finally:
+        process.send_signal(signal.SIGINT)  # gunicorn quick shutdown
+        process.wait(10)
+
+
+def post_to(http: httpx.Client, url: str, event: CloudEvent) -> httpx.Response:
+    headers, body = to_binary(event)
+    return http.post(url, headers=headers, content=body)
+
+
 def first_answer(http: httpx.Client, url: str, event: CloudEvent, timeout: float = 30.0) -> httpx.Response:
     """Post `event` until the server accepts the connection; the first answer."""
     headers, body = to_binary(event)
