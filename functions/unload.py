@@ -1,7 +1,8 @@
 """unload: take adapters out of engines when they are deleted or no longer wanted.
 
 Trigger: apiserver update of a LoRAAdapter (acts only with deletionTimestamp + our finalizer);
-apiserver update of a ModelDeployment / InferenceService; `adapter.drifted` (loraflowstep=unload).
+apiserver update of a ModelDeployment / InferenceService; `adapter.drifted` (loraflowstep=unload);
+`adapter.failed` (a Ready adapter whose files went bad must stop serving the old weights).
 Reads: the adapter / target (re-read), target Pods and each Ready pod's `GET /v1/models`.
 Writes: removes finalizer `loraflow.io/unload` once every Ready pod is clean; Loaded
 (Unloaded / UnloadFailed / NotReferenced) and seed-1 usedBy of affected adapters; Warning Event
@@ -19,7 +20,7 @@ from typing import Any
 
 from cloudevents.http import CloudEvent
 
-from events.domain import ADAPTER_DRIFTED, ADAPTER_UNLOADED, STEP_EXTENSION, AdapterUnloaded
+from events.domain import ADAPTER_DRIFTED, ADAPTER_FAILED, ADAPTER_UNLOADED, STEP_EXTENSION, AdapterUnloaded
 from events.external import API_UPDATE
 from functions import _edge, _inputs, _serving
 from functions._edge import Deps
@@ -38,14 +39,14 @@ from functions.resources.kinds import (
 )
 
 NAME = "unload"
-ACCEPTS = (API_UPDATE, ADAPTER_DRIFTED)
+ACCEPTS = (API_UPDATE, ADAPTER_DRIFTED, ADAPTER_FAILED)
 Obj = dict[str, Any]
 Job = tuple[Endpoint, str]
 
 
 def handle(event: CloudEvent, deps: Deps) -> _edge.Reply:
-    if event["type"] == ADAPTER_DRIFTED:
-        if event.get(STEP_EXTENSION) != "unload":
+    if event["type"] in (ADAPTER_DRIFTED, ADAPTER_FAILED):
+        if event["type"] == ADAPTER_DRIFTED and event.get(STEP_EXTENSION) != "unload":
             return None
         ref = _inputs.adapter_ref(event)
         adapter = deps.kube.get(_inputs.adapter_kind(ref), ref.namespace, ref.name)
@@ -146,6 +147,8 @@ def on_adapter(deps: Deps, adapter: Obj, drift: bool) -> _edge.Reply:
                 f"unload {targets.namespace_of(adapter)}/{targets.name_of(adapter)}: {message}"
             )
         return None
+    if not deleting and unloaded:
+        refresh(fleet, adapter, results)
     finalized = False
     if deleting:
         deps.kube.write_finalizers(
@@ -160,6 +163,18 @@ def on_adapter(deps: Deps, adapter: Obj, drift: bool) -> _edge.Reply:
     ref = _serving.ref_of(adapter)
     data = AdapterUnloaded(adapter=ref, pods=unloaded, finalized=finalized)
     return _edge.reply(ADAPTER_UNLOADED, NAME, kind.path(ref.namespace, ref.name), data)
+
+
+def refresh(fleet: Fleet, adapter: Obj, results: list[PodResult]) -> None:
+    """Rewrite Loaded (and usedBy) of a live adapter we just took out of some pods."""
+    if _serving.kind_of(adapter) == SGLANG_ADAPTER:
+        namespace, name = targets.isvc_ref(adapter)
+        _serving.write_loaded(
+            fleet.deps, SGLANG_ADAPTER, adapter, unloaded_status(fleet.deps, f"{namespace}/{name}")
+        )
+        return
+    deployments = fleet.deps.kube.list_all(MODEL_DEPLOYMENT, targets.namespace_of(adapter))
+    refresh_v1(fleet, adapter, deployments, results)
 
 
 def wanted_pods(fleet: Fleet, adapter: Obj) -> set[str]:

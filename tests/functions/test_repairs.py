@@ -4,9 +4,18 @@ from __future__ import annotations
 
 from cloudevents.http import from_http
 
-from events.domain import ADAPTER_DRIFTED, ADAPTER_READY, ADAPTER_STAT_COMPLETED, FILE_CHANGED, STEP_EXTENSION
-from functions.resources.kinds import VLLM_ADAPTER
+from events.domain import (
+    ADAPTER_DRIFTED,
+    ADAPTER_FAILED,
+    ADAPTER_READY,
+    ADAPTER_STAT_COMPLETED,
+    ADAPTER_UNLOADED,
+    FILE_CHANGED,
+    STEP_EXTENSION,
+)
+from functions.resources.kinds import MODEL_DEPLOYMENT, MODEL_DEPLOYMENT_LABEL, VLLM_ADAPTER
 from tests.functions.conftest import World
+from tests.functions.test_load_vllm import READY, loaded_condition, make_adapter
 from tests.functions.test_seed1_path import CONFIG, WEIGHTS, Flow, setup_adapter, status_of
 
 
@@ -37,3 +46,43 @@ def test_a_lost_verify_is_repaired_by_the_stat_nudge(world: World) -> None:
     assert verdict.status_code == 200
     assert from_http(dict(verdict.headers), verdict.content)["type"] == ADAPTER_READY
     assert status_of(world, ns)["phase"] == "Ready"
+
+
+def test_an_adapter_that_fails_after_being_ready_leaves_every_engine(world: World) -> None:
+    """Files replaced by bad ones after the adapter was Ready and loaded: verify says Failed, and
+    the engines must stop serving the old weights; Loaded must say so."""
+    ns = world.namespace()
+    make_adapter(world, ns, "a1")
+    world.create(
+        MODEL_DEPLOYMENT,
+        ns,
+        {"metadata": {"name": "d1"}, "spec": {"model": "m1", "replicas": 2, "loraAdapters": ["a1"]}},
+    )
+    world.workload.sync()
+    assert world.post(
+        "load", world.event(ADAPTER_READY, world.adapter_data(VLLM_ADAPTER, ns, "a1"))
+    ).is_success
+    pods = [p["metadata"]["name"] for p in world.workload.pods(ns, f"{MODEL_DEPLOYMENT_LABEL}=d1")]
+    assert all("a1" in world.workload.replica(ns, pod).loaded for pod in pods)
+
+    failed = {**READY, "status": "False", "reason": "IntegrityCheckFailed", "message": "md5 mismatch"}
+    world.custom.patch_namespaced_custom_object_status(  # verify's verdict
+        VLLM_ADAPTER.group,
+        VLLM_ADAPTER.version,
+        ns,
+        VLLM_ADAPTER.plural,
+        "a1",
+        {"status": {"conditions": [failed, loaded_condition(world, ns, "a1")], "phase": "Failed"}},
+        _content_type="application/merge-patch+json",
+    )
+    event = world.event(
+        ADAPTER_FAILED,
+        world.adapter_data(VLLM_ADAPTER, ns, "a1", reason="IntegrityCheckFailed", message="md5 mismatch"),
+    )
+    response = world.post("unload", event)
+    assert response.status_code == 200, response.text
+    assert from_http(dict(response.headers), response.content)["type"] == ADAPTER_UNLOADED
+    assert not any("a1" in world.workload.replica(ns, pod).loaded for pod in pods)
+    condition = loaded_condition(world, ns, "a1")
+    assert (condition["status"], condition["reason"]) == ("False", "AdapterNotReady")
+    assert world.post("unload", event).status_code == 204  # a duplicate finds nothing left to do
