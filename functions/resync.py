@@ -26,6 +26,7 @@ from functions.resources.kinds import (
     ADAPTER_KINDS,
     INFERENCE_SERVICE,
     INFERENCE_SERVICE_LABEL,
+    MODEL,
     MODEL_DEPLOYMENT,
     MODEL_DEPLOYMENT_LABEL,
     POD,
@@ -64,13 +65,17 @@ def observe(deps: Deps) -> drift.Snapshot:
     }
     for which, key, ep in located:
         grouped[which][key][ep.pod] = listings[ep]
+    v1 = list(kube.iter(VLLM_ADAPTER))
+    # Models are read by name only (RBAC: get), and only those some adapter said were missing.
+    models = frozenset(key for key in drift.missing_models(v1) if kube.get(MODEL, key[0], key[1]) is not None)
     return drift.Snapshot(
-        v1=list(kube.iter(VLLM_ADAPTER)),
+        v1=v1,
         v2=list(kube.iter(SGLANG_ADAPTER)),
         deployments=list(kube.iter(MODEL_DEPLOYMENT)),
         services=list(kube.iter(INFERENCE_SERVICE)),
         md_pods=grouped["md"],
         isvc_pods=grouped["isvc"],
+        models=models,
     )
 
 

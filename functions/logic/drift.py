@@ -14,6 +14,7 @@ from typing import Any
 
 from functions.logic import targets
 from functions.logic.adapter_config import VERDICT_REASONS
+from functions.logic.paths import is_subdomain
 
 Obj = dict[str, Any]
 Listing = dict[str, str] | None
@@ -38,6 +39,8 @@ class Snapshot:
     md_pods: Mapping[TargetKey, Mapping[str, Listing]] = field(default_factory=dict)
     """(namespace, deployment) -> Ready pod name -> its listing (None: unreachable)."""
     isvc_pods: Mapping[TargetKey, Mapping[str, Listing]] = field(default_factory=dict)
+    models: frozenset[TargetKey] = frozenset()
+    """(namespace, model) of the Models that exist, among those some adapter reported missing."""
 
 
 def _conditions(obj: Obj) -> dict[str, Obj]:
@@ -66,6 +69,29 @@ def _loaded_stale(adapter: Obj, lacking: list[str], pods: int) -> str | None:
         return f"missing in Ready pod(s) {', '.join(lacking[:5])}"
     if pods and loaded.get("status") != "True":
         return "Loaded is not True although every Ready pod has it"
+    return None
+
+
+def missing_models(adapters: Sequence[Obj]) -> set[TargetKey]:
+    """(namespace, model) named by adapters whose verdict is ModelNotFound: worth a GET each."""
+    named = {
+        (targets.namespace_of(a), str((a.get("spec") or {}).get("model")))
+        for a in adapters
+        if (_conditions(a).get("Ready") or {}).get("reason") == "ModelNotFound"
+    }
+    return {key for key in named if is_subdomain(key[1])}  # never put an invalid name in a URL
+
+
+def target_changed(adapter: Obj, isvc: Obj | None) -> str | None:
+    """Admit's verdict about the InferenceService no longer matches the InferenceService."""
+    available = _conditions(adapter).get("Available") or {}
+    if isvc is None:
+        return "its InferenceService is gone" if available.get("status") == "True" else None
+    reason = available.get("reason")
+    if reason == "InferenceServiceNotFound":
+        return "its InferenceService exists now"
+    if reason == "RuntimeMismatch" and targets.isvc_serves(isvc):
+        return "its InferenceService runs sglang now"
     return None
 
 
@@ -130,6 +156,12 @@ def _adapter_v1(adapter: Obj, mds: list[Obj], snapshot: Snapshot, add: Any) -> N
     if reason:
         add(adapter, "admit", reason)
         return
+    model = (targets.namespace_of(adapter), str((adapter.get("spec") or {}).get("model")))
+    if (_conditions(adapter).get("Ready") or {}).get(
+        "reason"
+    ) == "ModelNotFound" and model in snapshot.models:
+        add(adapter, "admit", f"Model {model[1]} exists now")
+        return
     name = targets.name_of(adapter)
     used = targets.used_by(name, mds)
     if used != sorted((adapter.get("status") or {}).get("usedBy") or []):
@@ -156,12 +188,12 @@ def _drift_v2(snapshot: Snapshot, add: Any) -> None:
             if targets.FINALIZER_NAME in ((adapter.get("metadata") or {}).get("finalizers") or []):
                 add(adapter, "unload", "deleting and still carrying our finalizer")
             continue
-        reason = admit_reason(adapter, seed2=True)
+        key = targets.isvc_ref(adapter)
+        isvc = services.get(key)
+        reason = admit_reason(adapter, seed2=True) or target_changed(adapter, isvc)
         if reason:
             add(adapter, "admit", reason)
             continue
-        key = targets.isvc_ref(adapter)
-        isvc = services.get(key)
         if isvc is None or not targets.available_v2(adapter) or not targets.isvc_serves(isvc):
             continue
         pods = snapshot.isvc_pods.get(key, {})

@@ -18,22 +18,22 @@ _DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]
 """Always used with fullmatch: `$` would also match before a trailing newline (`"ns\n"`)."""
 
 
-def _is_label(value: str) -> bool:
+def is_label(value: str) -> bool:
     return len(value) <= 63 and _DNS_LABEL.fullmatch(value) is not None
 
 
-def _is_subdomain(value: str) -> bool:
+def is_subdomain(value: str) -> bool:
     return len(value) <= 253 and _DNS_SUBDOMAIN.fullmatch(value) is not None
 
 
 def check_label(value: str, what: str) -> str:
-    if not _is_label(value):
+    if not is_label(value):
         raise Reject(f"{what} {value!r} is not a DNS label (RFC 1123)")
     return value
 
 
 def check_subdomain(value: str, what: str) -> str:
-    if not _is_subdomain(value):
+    if not is_subdomain(value):
         raise Reject(f"{what} {value!r} is not a DNS subdomain (RFC 1123)")
     return value
 
@@ -77,6 +77,6 @@ def adapter_of_path(path: str) -> tuple[str, str, str] | None:
     if len(parts) < 6:
         return None
     namespace, model, name = parts[2], parts[3], parts[4]
-    if not (_is_label(namespace) and _is_subdomain(model) and _is_subdomain(name)):
+    if not (is_label(namespace) and is_subdomain(model) and is_subdomain(name)):
         return None
     return namespace, model, name

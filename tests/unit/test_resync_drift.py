@@ -55,6 +55,18 @@ def s1(available: bool = True, loaded: str = "True", **meta: Any) -> dict[str, A
 
 
 SVC = {"metadata": {"name": "svc", "namespace": "ns"}, "spec": {"runtime": "sglang"}}
+VLLM_SVC = {"metadata": {"name": "svc", "namespace": "ns"}, "spec": {"runtime": "vllm"}}
+MODEL_MISSING = a1(
+    ready=False, loaded=None, ready_reason="ModelNotFound", used=[], status={"phase": "Failed"}
+)
+
+
+def v2_unavailable(reason: str) -> dict[str, Any]:
+    adapter = s1(available=False, loaded="False")
+    adapter["status"]["conditions"][0]["reason"] = reason
+    return adapter
+
+
 FULL = {("ns", "d1"): {"p0": {"a1": ROOT}, "p1": {"a1": ROOT}}}
 
 
@@ -157,6 +169,31 @@ FULL = {("ns", "d1"): {"p0": {"a1": ROOT}, "p1": {"a1": ROOT}}}
             [("s1", "unload")],
             id="v2-deleting",
         ),
+        pytest.param(
+            Snapshot(v1=[MODEL_MISSING], models=frozenset({("ns", "m1")})),
+            [("a1", "admit")],
+            id="model-created-after-the-adapter",
+        ),
+        pytest.param(Snapshot(v1=[MODEL_MISSING]), [], id="model-still-missing"),
+        pytest.param(
+            Snapshot(v2=[v2_unavailable("InferenceServiceNotFound")], services=[SVC]),
+            [("s1", "admit")],
+            id="v2-target-created-after-the-adapter",
+        ),
+        pytest.param(
+            Snapshot(v2=[v2_unavailable("InferenceServiceNotFound")]), [], id="v2-target-still-missing"
+        ),
+        pytest.param(
+            Snapshot(v2=[v2_unavailable("RuntimeMismatch")], services=[SVC]),
+            [("s1", "admit")],
+            id="v2-target-now-sglang",
+        ),
+        pytest.param(
+            Snapshot(v2=[v2_unavailable("RuntimeMismatch")], services=[VLLM_SVC]),
+            [],
+            id="v2-target-still-vllm",
+        ),
+        pytest.param(Snapshot(v2=[s1()]), [("s1", "admit")], id="v2-target-gone"),
     ],
 )
 def test_drift(snapshot: Snapshot, expected: list[tuple[str, str]]) -> None:
