@@ -50,7 +50,13 @@ def handle(event: CloudEvent, deps: Deps) -> _edge.Reply:
             return None
         ref = _inputs.adapter_ref(event)
         adapter = deps.kube.get(_inputs.adapter_kind(ref), ref.namespace, ref.name)
-        return on_adapter(deps, adapter, drift=True) if adapter is not None else None
+        if adapter is None:
+            return (
+                on_orphan(deps, ref.namespace, ref.name)
+                if ref.api_version == VLLM_ADAPTER.api_version
+                else None
+            )
+        return on_adapter(deps, adapter, drift=True)
     obj = _inputs.kube_object(event)
     kind = by_api_version_and_kind(obj["apiVersion"], obj["kind"])
     namespace, name = targets.namespace_of(obj), targets.name_of(obj)
@@ -105,7 +111,8 @@ def holds(fleet: Fleet, adapter: Obj, ep: Endpoint, listing: dict[str, str]) -> 
         return lora if lora in listing else None
     lora = targets.name_of(adapter)
     root = listing.get(lora)
-    if root is None or not targets.managed_v1(lora, root, [lora], fleet.deps.settings.mount_root):
+    namespace = targets.namespace_of(adapter)
+    if root is None or not targets.managed_v1(lora, root, namespace, fleet.deps.settings.mount_root):
         return None
     return lora
 
@@ -177,6 +184,27 @@ def refresh(fleet: Fleet, adapter: Obj, results: list[PodResult]) -> None:
     refresh_v1(fleet, adapter, deployments, results)
 
 
+def on_orphan(deps: Deps, namespace: str, name: str) -> _edge.Reply:
+    """The LoRAAdapter is gone but engines still hold our copy (a load raced its deletion)."""
+    fleet = Fleet(deps)
+    endpoints = [
+        e
+        for md in deps.kube.list_all(MODEL_DEPLOYMENT, namespace)
+        for e in fleet.endpoints(MODEL_DEPLOYMENT, namespace, targets.name_of(md))
+    ]
+    listings = fleet.listings(endpoints)
+    jobs: list[Job] = [
+        (ep, name)
+        for ep in endpoints
+        if (listing := listings[ep.pod]) is not None
+        and name in listing
+        and targets.managed_v1(name, listing[name], namespace, deps.settings.mount_root)
+    ]
+    results = run(fleet, jobs)
+    finish(deps, f"orphan {namespace}/{name}", results)
+    return None
+
+
 def wanted_pods(fleet: Fleet, adapter: Obj) -> set[str]:
     """Pods that should keep a live adapter (drift clean-up removes it everywhere else)."""
     deps = fleet.deps
@@ -211,7 +239,7 @@ def on_deployment(deps: Deps, namespace: str, name: str) -> _edge.Reply:
     endpoints = fleet.endpoints(MODEL_DEPLOYMENT, namespace, name)
     listings = fleet.listings(endpoints)
     surplus = {
-        e.pod: targets.surplus_v1(listing, desired, adapters, deps.settings.mount_root)
+        e.pod: targets.surplus_v1(listing, desired, namespace, deps.settings.mount_root)
         for e in endpoints
         if (listing := listings[e.pod]) is not None
     }
@@ -220,7 +248,8 @@ def on_deployment(deps: Deps, namespace: str, name: str) -> _edge.Reply:
     touched = {lora for names in surplus.values() for lora in names}
     stale = {n for n, a in adapters.items() if name in ((a.get("status") or {}).get("usedBy") or [])}
     for lora in sorted((touched | stale) - set(desired)):
-        refresh_v1(fleet, adapters[lora], deployments, results)
+        if lora in adapters:  # an orphan (its LoRAAdapter is gone) has no status to refresh
+            refresh_v1(fleet, adapters[lora], deployments, results)
     return finish(deps, f"ModelDeployment {namespace}/{name}", results)
 
 

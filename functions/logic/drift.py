@@ -17,6 +17,7 @@ from functions.logic.adapter_config import VERDICT_REASONS
 from functions.logic.paths import is_subdomain
 
 Obj = dict[str, Any]
+V1_API_VERSION = "rackai.rackspace.com/v1alpha1"
 Listing = dict[str, str] | None
 TargetKey = tuple[str, str]  # (namespace, name)
 
@@ -70,6 +71,10 @@ def _loaded_stale(adapter: Obj, lacking: list[str], pods: int) -> str | None:
     if pods and loaded.get("status") != "True":
         return "Loaded is not True although every Ready pod has it"
     return None
+
+
+def orphan_ref(namespace: str, name: str) -> Obj:
+    return {"apiVersion": V1_API_VERSION, "metadata": {"namespace": namespace, "name": name}}
 
 
 def missing_models(adapters: Sequence[Obj]) -> set[TargetKey]:
@@ -143,8 +148,10 @@ def _drift_v1(snapshot: Snapshot, mount_root: str, add: Any) -> None:
         adapters = by_ns[namespace]
         desired = targets.desired_v1(md, adapters, mount_root)
         for listing in snapshot.md_pods.get((namespace, targets.name_of(md)), {}).values():
-            for lora in targets.surplus_v1(listing or {}, desired, adapters, mount_root):
-                add(adapters[lora], "unload", f"loaded in {targets.name_of(md)} which should not serve it")
+            for lora in targets.surplus_v1(listing or {}, desired, namespace, mount_root):
+                # an orphan (its LoRAAdapter is gone) is named by reference: unload cleans it up
+                adapter = adapters.get(lora) or orphan_ref(namespace, lora)
+                add(adapter, "unload", f"loaded in {targets.name_of(md)} which should not serve it")
 
 
 def _adapter_v1(adapter: Obj, mds: list[Obj], snapshot: Snapshot, add: Any) -> None:

@@ -166,10 +166,18 @@ def desired_v2(isvc: Mapping[str, Any], adapters: Iterable[Mapping[str, Any]]) -
     return result
 
 
-def managed_v1(lora_name: str, root: str, adapter_names: Iterable[str], mount_root: str) -> bool:
-    """Ours: named like a seed-1 adapter of the namespace AND loaded from under our mount."""
-    names = adapter_names if isinstance(adapter_names, (set, frozenset, dict)) else set(adapter_names)
-    return lora_name in names and is_under(root, posixpath.join(mount_root, STORAGE_ROOT[1:]))
+def managed_v1(lora_name: str, root: str, namespace: str, mount_root: str) -> bool:
+    """Ours: loaded from our own layout, `{mount}/loraadapters/{namespace}/{model}/{lora_name}`.
+
+    Only loraflow loads from there, so this holds even after the LoRAAdapter is gone (a load
+    that raced a deletion must still be cleaned up); a static adapter the engine was started
+    with lives elsewhere and is never ours.
+    """
+    home = posixpath.join(mount_root, STORAGE_ROOT[1:], namespace)
+    if not is_under(root, home):
+        return False
+    parts = posixpath.relpath(posixpath.normpath(root), home).split("/")
+    return len(parts) == 2 and parts[1] == lora_name
 
 
 def managed_v2(lora_name: str, isvc: Mapping[str, Any], adapters: Iterable[Mapping[str, Any]]) -> bool:
@@ -184,14 +192,13 @@ def missing(listing: Mapping[str, str], desired: Mapping[str, Wanted]) -> list[s
 
 
 def surplus_v1(
-    listing: Mapping[str, str], desired: Mapping[str, Wanted], adapter_names: Iterable[str], mount_root: str
+    listing: Mapping[str, str], desired: Mapping[str, Wanted], namespace: str, mount_root: str
 ) -> list[str]:
     """Managed seed-1 adapters a pod holds but should not: unload them (static ones never)."""
-    names = adapter_names if isinstance(adapter_names, (set, frozenset, dict)) else set(adapter_names)
     return sorted(
         lora
         for lora, root in listing.items()
-        if lora not in desired and managed_v1(lora, root, names, mount_root)
+        if lora not in desired and managed_v1(lora, root, namespace, mount_root)
     )
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import httpx
 from cloudevents.http import from_http
 
 from events.domain import (
@@ -13,6 +14,7 @@ from events.domain import (
     FILE_CHANGED,
     STEP_EXTENSION,
 )
+from events.external import PING
 from functions.resources.kinds import MODEL_DEPLOYMENT, MODEL_DEPLOYMENT_LABEL, VLLM_ADAPTER
 from tests.functions.conftest import World
 from tests.functions.test_load_vllm import READY, loaded_condition, make_adapter
@@ -86,3 +88,36 @@ def test_an_adapter_that_fails_after_being_ready_leaves_every_engine(world: Worl
     condition = loaded_condition(world, ns, "a1")
     assert (condition["status"], condition["reason"]) == ("False", "AdapterNotReady")
     assert world.post("unload", event).status_code == 204  # a duplicate finds nothing left to do
+
+
+def test_a_copy_left_behind_by_a_deleted_adapter_is_found_and_unloaded(world: World) -> None:
+    """A load that raced a deletion leaves our copy in an engine after the LoRAAdapter is gone:
+    resync names it, unload removes it (our layout marks it ours; a static adapter is kept)."""
+    ns = world.namespace()
+    make_adapter(world, ns, "a1")
+    world.create(
+        MODEL_DEPLOYMENT,
+        ns,
+        {"metadata": {"name": "d1"}, "spec": {"model": "m1", "replicas": 1, "loraAdapters": []}},
+    )
+    world.workload.sync()
+    world.custom.delete_namespaced_custom_object(
+        VLLM_ADAPTER.group, VLLM_ADAPTER.version, ns, VLLM_ADAPTER.plural, "a1"
+    )
+    (pod,) = [p["metadata"]["name"] for p in world.workload.pods(ns, f"{MODEL_DEPLOYMENT_LABEL}=d1")]
+    replica = world.workload.replica(ns, pod)
+    path = f"{world.data_dir}/loraadapters/{ns}/m1/a1"
+    assert httpx.post(
+        f"{replica.url}/v1/load_lora_adapter", json={"lora_name": "a1", "lora_path": path}
+    ).is_success
+    assert httpx.post(
+        f"{replica.url}/v1/load_lora_adapter", json={"lora_name": "mine", "lora_path": path}
+    ).is_success  # loaded by someone else under another name: not our layout for that name
+
+    world.sink.clear()
+    assert world.post("resync", world.event(PING, {})).status_code == 204
+    nudges = [e for e in world.sink.of_type(ADAPTER_DRIFTED) if e.get_data()["adapter"]["namespace"] == ns]
+    assert [(e.get_data()["adapter"]["name"], e[STEP_EXTENSION]) for e in nudges] == [("a1", "unload")]
+
+    assert world.post("unload", nudges[0]).status_code == 204
+    assert set(replica.loaded) == {"mine"}

@@ -194,6 +194,11 @@ FULL = {("ns", "d1"): {"p0": {"a1": ROOT}, "p1": {"a1": ROOT}}}
             id="v2-target-still-vllm",
         ),
         pytest.param(Snapshot(v2=[s1()]), [("s1", "admit")], id="v2-target-gone"),
+        pytest.param(
+            Snapshot(deployments=[d1()], md_pods={("ns", "d1"): {"p0": {"a1": ROOT}}}),
+            [("a1", "unload")],
+            id="orphan-left-after-deletion",
+        ),
     ],
 )
 def test_drift(snapshot: Snapshot, expected: list[tuple[str, str]]) -> None:

@@ -116,14 +116,17 @@ def test_duplicate_name_first_wins() -> None:
     [
         pytest.param("a1", f"{MOUNT}/loraadapters/ns/m1/a1", True, id="ours"),
         pytest.param("a1", "/models/static/a1", False, id="static-path"),
-        pytest.param("static", f"{MOUNT}/loraadapters/ns/m1/static", False, id="unknown-name"),
+        pytest.param("gone", f"{MOUNT}/loraadapters/ns/m1/gone", True, id="orphan-in-our-layout"),
+        pytest.param("a1", f"{MOUNT}/loraadapters/other/m1/a1", False, id="another-namespace"),
+        pytest.param("a1", f"{MOUNT}/loraadapters/ns/m1/b1", False, id="name-differs-from-path"),
+        pytest.param("a1", f"{MOUNT}/loraadapters/ns/a1", False, id="no-model-level"),
         pytest.param("a1", f"{MOUNT}/loraadapters/../etc", False, id="traversal"),
         pytest.param("a1", f"{MOUNT}/loraadapters", False, id="root-itself"),
         pytest.param("a1", "", False, id="empty-root"),
     ],
 )
 def test_managed_v1(lora: str, root: str, expected: bool) -> None:
-    assert targets.managed_v1(lora, root, ["a1"], MOUNT) is expected
+    assert targets.managed_v1(lora, root, "ns", MOUNT) is expected
 
 
 @pytest.mark.parametrize(
@@ -137,7 +140,7 @@ def test_managed_v1(lora: str, root: str, expected: bool) -> None:
 )
 def test_surplus_v1(listing: dict[str, str], desired: set[str], expected: list[str]) -> None:
     wanted = {n: targets.Wanted("ns", n, n, "") for n in desired}
-    assert targets.surplus_v1(listing, wanted, ["a1"], MOUNT) == expected
+    assert targets.surplus_v1(listing, wanted, "ns", MOUNT) == expected
 
 
 @pytest.mark.parametrize(
