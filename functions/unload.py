@@ -6,9 +6,10 @@ apiserver update of a ModelDeployment / InferenceService; `adapter.drifted` (lor
 Reads: the adapter / target (re-read), target Pods and each Ready pod's `GET /v1/models`.
 Writes: removes finalizer `loraflow.io/unload` once every Ready pod is clean; Loaded
 (Unloaded / UnloadFailed / NotReferenced) and seed-1 usedBy of affected adapters; Warning Event
-UnloadFailed. Only *managed* adapters are ever unloaded: seed 1 named like a seed-1 adapter of
-the namespace AND loaded from under `{mount_root}/loraadapters/`; seed 2 named like the
-`spec.name` of a seed-2 adapter targeting the InferenceService. Static adapters are never touched.
+UnloadFailed. Only *managed* adapters are ever unloaded: seed 1 loaded from our own layout,
+`{mount_root}/loraadapters/{namespace}/{model}/{name}` (even when the LoRAAdapter is gone: a load
+that raced a deletion is cleaned up on resync's nudge); seed 2 named like the `spec.name` of a
+seed-2 adapter targeting the InferenceService. Static adapters are never touched.
 Outcomes: 200 + `adapter.unloaded` (adapter-scoped, something unloaded or finalized); 204 when
 nothing to do; 503 when a Ready pod failed retryably (finalizer kept).
 """
