@@ -64,8 +64,8 @@ def is_under(path: str, directory: str) -> bool:
 
 
 def check_storage_path(path: str) -> str:
-    """A notification path we accept: absolute, normalised, under /loraadapters/."""
-    if not is_under(path, STORAGE_ROOT):
+    """A notification path we accept: absolute, normalised (no trailing slash), under /loraadapters/."""
+    if not is_under(path, STORAGE_ROOT) or posixpath.normpath(path) != path:
         raise Reject(f"path {path!r} is not a normalised path under {STORAGE_ROOT}/")
     return path
 

@@ -188,7 +188,9 @@ def test_wrong_specversion(world: World, version: str, mode: str) -> None:
 # -- 2. types ---------------------------------------------------------------------------------------
 @PROPERTY
 @given(
-    type_=st.sampled_from(ALL_TYPES) | st.text(min_size=1, max_size=40).filter(lambda t: t.strip() == t),
+    # printable ASCII only: a header value with control bytes is refused by httpx before sending
+    type_=st.sampled_from(ALL_TYPES)
+    | st.text(alphabet=st.characters(min_codepoint=33, max_codepoint=126), min_size=1, max_size=40),
     mode=modes,
 )
 def test_types_a_function_does_not_subscribe_to(world: World, type_: str, mode: str) -> None:
