@@ -187,4 +187,7 @@ def test_resync_nudges_exactly_the_drifted_over_thousands(world: World) -> None:
     print("\nresync at scale: " + ", ".join(f"{k}={v}" for k, v in result.items()))
     assert nudges == expected, (sorted(nudges - expected)[:10], sorted(expected - nudges)[:10])
     assert v1_lists >= math.ceil(V1_ADAPTERS / PAGE), f"{v1_lists} list requests: not paginated"
-    assert all(verb != "get" for verb, _ in lists), f"per-object GETs: {dict(lists)}"
+    # no per-object GETs; the only reads by name are of Models some adapter reported missing
+    # (one per distinct missing Model, cluster-wide: earlier tests of the session leave a few)
+    assert all(verb != "get" or resource == "models" for verb, resource in lists), f"GETs: {dict(lists)}"
+    assert lists.get(("get", "models"), 0) <= 10, f"Model GETs: {dict(lists)}"
