@@ -12,11 +12,12 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-__all__ = ["admit", "ingest", "load", "reload", "resync", "stat", "unload", "verify"]
+FUNCTIONS = ("admit", "ingest", "load", "reload", "resync", "stat", "unload", "verify")
+__all__ = list(FUNCTIONS)  # resolved lazily by __getattr__ below
 
 
 def __getattr__(name: str) -> Any:
-    if name in __all__:
+    if name in FUNCTIONS:
         function = getattr(importlib.import_module(f"functions.{name}"), name)
         globals()[name] = function
         return function
@@ -24,4 +25,4 @@ def __getattr__(name: str) -> Any:
 
 
 def __dir__() -> list[str]:
-    return sorted(list(globals()) + __all__)
+    return sorted([*globals(), *FUNCTIONS])

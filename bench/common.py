@@ -33,8 +33,12 @@ class Result:
     def write(self, smoke: bool) -> Path:
         RESULTS.mkdir(exist_ok=True)
         path = RESULTS / f"{self.name}{'.smoke' if smoke else ''}.json"
-        record = {**asdict(self), "machine": machine(), "smoke": smoke,
-                  "when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+        record = {
+            **asdict(self),
+            "machine": machine(),
+            "smoke": smoke,
+            "when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        }
         path.write_text(json.dumps(record, indent=2, sort_keys=True) + "\n")
         return path
 

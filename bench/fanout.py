@@ -38,7 +38,7 @@ def run(smoke: bool) -> Result:
             world.ready_adapter(ns, name)
             event = w.event(ADAPTER_READY, w.adapter_data(VLLM_ADAPTER, ns, name))
             responses: list[httpx.Response] = []
-            elapsed = timed(lambda e=event: responses.append(w.post_to(world.http, load_url, e)))
+            elapsed = timed(lambda e=event, out=responses: out.append(w.post_to(world.http, load_url, e)))
             if index:  # the first event warms the new process up (imports, clients): not measured
                 samples.append(elapsed)
             assert responses[0].status_code == 200, responses[0].text

@@ -60,7 +60,11 @@ def _measure(adapters: int, latency: float, repeats: int) -> dict[str, Any]:
                 paths = [(n, w.engine_path(world, ns, n)) for n in names]
                 with ThreadPoolExecutor(concurrency) as pool:
                     reference.append(
-                        timed(lambda: list(pool.map(lambda a: w.direct_load(http, replica.url, *a), paths)))
+                        timed(
+                            lambda ps=paths: list(
+                                pool.map(lambda a: w.direct_load(http, replica.url, *a), ps)
+                            )
+                        )
                     )
     return {
         "median_s": median_of(samples),

@@ -135,7 +135,9 @@ def run(smoke: bool) -> Result:
                 world.kube.reset_counters()
                 ping = w.event(PING, {"message": "resync"})
                 responses: list[httpx.Response] = []
-                samples.append(timed(lambda e=ping: responses.append(w.first_answer(http, url, e, 60))))
+                samples.append(
+                    timed(lambda e=ping, out=responses: out.append(w.first_answer(http, url, e, 60)))
+                )
                 assert responses[0].status_code == 204, responses[0].text
                 requests.append(world.kube.request_count)
                 nudged = {e.get_data()["adapter"]["name"] for e in world.sink.events}  # type: ignore[index]
@@ -168,5 +170,8 @@ def run(smoke: bool) -> Result:
             "nudges": len(nudged),
             "nudges_exactly_the_drifted": nudged == drifted,
         },
-        note=f"peak RSS {peak:.0f} MiB; {requests[-1]} API requests; {len(nudged)} nudges for {len(drifted)} drifted",
+        note=(
+            f"peak RSS {peak:.0f} MiB; {requests[-1]} API requests; "
+            f"{len(nudged)} nudges for {len(drifted)} drifted"
+        ),
     )

@@ -22,13 +22,11 @@ class KubeHTTPServer(ThreadingHTTPServer):
     block_on_close = True
     allow_reuse_address = True
 
-    def __init__(self, address: tuple[str, int], api: Api,
-                 tls: ssl.SSLContext | None = None) -> None:
+    def __init__(self, address: tuple[str, int], api: Api, tls: ssl.SSLContext | None = None) -> None:
         super().__init__(address, Handler)
         self.api = api
         if tls is not None:
-            self.socket = tls.wrap_socket(self.socket, server_side=True,
-                                          do_handshake_on_connect=False)
+            self.socket = tls.wrap_socket(self.socket, server_side=True, do_handshake_on_connect=False)
         self.connections: set[socket.socket] = set()
         self.connections_lock = threading.Lock()
 

@@ -14,7 +14,6 @@ from bench.__main__ import available
 from bench.common import Result
 
 
-
 @pytest.mark.parametrize("name", list(available()))
 def test_smoke(name: str) -> None:
     result = importlib.import_module(f"bench.{name}").run(True)
