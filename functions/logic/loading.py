@@ -23,6 +23,7 @@ ERROR = "Error"
 # Loaded reasons
 R_LOADED = "Loaded"
 R_LOAD_FAILED = "LoadFailed"
+R_LOADING = "Loading"  # some Ready pods lack it only because their own load has not run yet
 R_NO_READY = "NoReadyReplicas"
 R_MODEL_MISMATCH = "ModelMismatch"
 R_NOT_REFERENCED = "NotReferenced"
@@ -81,6 +82,19 @@ def describe_failures(targets: Sequence[TargetResult]) -> str:
     return f"{len(failed)} pod(s) failed: " + "; ".join(named[:MAX_NAMED]) + more
 
 
+def _pending_only(targets: Sequence[TargetResult]) -> bool:
+    """Every shortfall is a pod that simply has not been loaded yet (a new or restarted replica
+    whose own reload is on its way): not a failure, so not LoadFailed and no Error."""
+    return all(pod.reason == NOT_LOADED for _, pod in failures(targets))
+
+
+def _describe_pending(targets: Sequence[TargetResult]) -> str:
+    waiting = [pod.pod for _, pod in failures(targets)]
+    more = f" and {len(waiting) - MAX_NAMED} more" if len(waiting) > MAX_NAMED else ""
+    counts = ", ".join(_count(t) for t in targets)
+    return f"loading: {counts}; waiting for {', '.join(waiting[:MAX_NAMED])}{more}"
+
+
 def _count(target: TargetResult) -> str:
     good = sum(1 for p in target.pods if p.ok)
     return f"{target.target} {good}/{len(target.pods)}"
@@ -95,6 +109,8 @@ def summarize_v1(targets: Sequence[TargetResult]) -> tuple[ConditionStatus, str,
     refused = [t for t in targets if t.verdict in VERDICT_REASONS]
     notes = "".join(f"; {t.target}: {t.message}" for t in mismatched)
     if failures(attempted):
+        if _pending_only(attempted):
+            return "False", R_LOADING, _describe_pending(attempted) + notes
         return "False", R_LOAD_FAILED, describe_failures(attempted) + notes
     if refused:
         first = refused[0]
@@ -113,6 +129,8 @@ def summarize_v2(target: TargetResult) -> tuple[ConditionStatus, str, str, str, 
     if target.verdict is not None:
         return "False", target.verdict, target.message, target.verdict, target.message
     failed = target.failed
+    if failed and _pending_only([target]):
+        return "False", R_LOADING, _describe_pending([target]), R_NO_ERROR, "no error"
     if failed:
         message = describe_failures([target])
         return "False", R_LOAD_FAILED, message, failed[0].reason, message

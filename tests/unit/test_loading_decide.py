@@ -11,6 +11,7 @@ OK = PodResult("p", True, "Present")
 NEW = PodResult("p", True, "Loaded")
 DUP = PodResult("p", True, "AlreadyLoaded")
 FAIL = PodResult("p", False, "EngineError", "HTTP 500", retryable=True)
+PENDING = PodResult("p", False, "NotLoaded", "not loaded (yet)")
 
 
 def pods(*results: PodResult) -> tuple[PodResult, ...]:
@@ -24,6 +25,10 @@ def pods(*results: PodResult) -> tuple[PodResult, ...]:
         pytest.param([TargetResult("d", pods=pods(OK, NEW, DUP))], "True", "Loaded", id="all-loaded"),
         pytest.param([TargetResult("d", pods=pods(OK, FAIL))], "False", "LoadFailed", id="one-failed"),
         pytest.param([TargetResult("d")], "False", "NoReadyReplicas", id="no-ready"),
+        pytest.param([TargetResult("d", pods=pods(OK, PENDING))], "False", "Loading", id="pending-pod"),
+        pytest.param(
+            [TargetResult("d", pods=pods(PENDING, FAIL))], "False", "LoadFailed", id="failure-beats-pending"
+        ),
         pytest.param([TargetResult("d", "ModelMismatch", "x")], "False", "ModelMismatch", id="mismatch"),
         pytest.param(
             [TargetResult("d", pods=pods(OK)), TargetResult("e", "ModelMismatch", "x")],
@@ -62,6 +67,7 @@ def test_failure_message_names_pods() -> None:
             TargetResult("s", pods=pods(OK, FAIL)), "False", "LoadFailed", "EngineError", id="failed"
         ),
         pytest.param(TargetResult("s"), "False", "NoReadyReplicas", "NoError", id="no-ready"),
+        pytest.param(TargetResult("s", pods=pods(OK, PENDING)), "False", "Loading", "NoError", id="pending"),
         pytest.param(
             TargetResult("s", "RuntimeMismatch", "vllm"),
             "False",
