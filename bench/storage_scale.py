@@ -111,7 +111,8 @@ def run(smoke: bool) -> Result:
             if ratio <= 2
             else "; NOT met: the listing itself costs about the reference; the rest is two status "
             "writes of a ~1 MB status (10,000 files twice): the functions' pydantic round trip and "
-            "kubernetes client (de)serialisation, and in the API stand-in (same process) merge "
+            "JSON encoding/decoding (thin httpx client; no kubernetes models any more), and in "
+            "the API stand-in (same process) merge "
             "patch, copies, schema validation (now ~70 ms, was ~250 ms) and JSON encoding"
         ),
     )

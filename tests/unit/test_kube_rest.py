@@ -1,0 +1,167 @@
+"""functions.adapters.kube over its REST client: paths, pagination, guarded patches and the
+translation of answers (httpx.MockTransport stands in for the API server)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import Any
+
+import httpx
+import pytest
+
+from functions.adapters.kube import Kube, KubeApi, KubeRefused
+from functions.adapters.kubeconfig import KubeConfig, StaticToken
+from functions.errors import KubeConflict, KubeUnavailable
+from functions.resources.kinds import POD, VLLM_ADAPTER
+
+Handler = Callable[[httpx.Request], httpx.Response]
+
+
+def kube(handler: Handler, seen: list[httpx.Request] | None = None) -> Kube:
+    def record(request: httpx.Request) -> httpx.Response:
+        if seen is not None:
+            seen.append(request)
+        return handler(request)
+
+    config = KubeConfig(server="https://api.example:6443/", credentials=StaticToken("tok"))
+    return Kube(KubeApi(config, transport=httpx.MockTransport(record)))
+
+
+def adapter(rv: str = "1", status: dict[str, Any] | None = None) -> dict[str, Any]:
+    return {"metadata": {"name": "a", "namespace": "ns", "resourceVersion": rv}, "status": status or {}}
+
+
+def test_get_path_headers_and_404() -> None:
+    seen: list[httpx.Request] = []
+    client = kube(lambda r: httpx.Response(200, json=adapter()), seen)
+    assert client.get(VLLM_ADAPTER, "ns", "a") == adapter()
+    request = seen[0]
+    assert request.method == "GET"
+    assert (
+        str(request.url)
+        == "https://api.example:6443/apis/rackai.rackspace.com/v1alpha1/namespaces/ns/loraadapters/a"
+    )
+    assert request.headers["authorization"] == "Bearer tok"
+    assert request.headers["accept"] == "application/json"
+    assert kube(lambda r: httpx.Response(404, json={})).get(POD, "ns", "p") is None
+
+
+def test_get_pod_path() -> None:
+    seen: list[httpx.Request] = []
+    kube(lambda r: httpx.Response(200, json={}), seen).get(POD, "ns", "p")
+    assert seen[0].url.path == "/api/v1/namespaces/ns/pods/p"
+
+
+@pytest.mark.parametrize(
+    ("answer", "error"),
+    [(500, KubeUnavailable), (503, KubeUnavailable), (429, KubeUnavailable), (403, KubeRefused)],
+)
+def test_error_translation(answer: int, error: type[Exception]) -> None:
+    client = kube(lambda r: httpx.Response(answer, text="nope"))
+    with pytest.raises(error):
+        client.get(VLLM_ADAPTER, "ns", "a")
+    with pytest.raises(error):
+        client.list_all(VLLM_ADAPTER, "ns")
+
+
+@pytest.mark.parametrize("failure", [httpx.ConnectError("refused"), httpx.ReadTimeout("slow")])
+def test_transport_errors_are_unavailable(failure: Exception) -> None:
+    def fail(request: httpx.Request) -> httpx.Response:
+        raise failure
+
+    with pytest.raises(KubeUnavailable):
+        kube(fail).get(VLLM_ADAPTER, "ns", "a")
+
+
+def test_iter_pages_with_limit_continue_and_selector() -> None:
+    seen: list[httpx.Request] = []
+
+    def pages(request: httpx.Request) -> httpx.Response:
+        token = request.url.params.get("continue")
+        if token is None:
+            return httpx.Response(200, json={"items": [{"n": 1}, {"n": 2}], "metadata": {"continue": "p2"}})
+        return httpx.Response(200, json={"items": [{"n": 3}], "metadata": {}})
+
+    items = kube(pages, seen).list_all(POD, None, "app=x", page_size=2)
+    assert items == [{"n": 1}, {"n": 2}, {"n": 3}]
+    assert [r.url.path for r in seen] == ["/api/v1/pods", "/api/v1/pods"]
+    assert dict(seen[0].url.params) == {"limit": "2", "labelSelector": "app=x"}
+    assert dict(seen[1].url.params) == {"limit": "2", "labelSelector": "app=x", "continue": "p2"}
+    seen.clear()
+    kube(pages, seen).list_all(VLLM_ADAPTER, "ns")
+    assert seen[0].url.path == "/apis/rackai.rackspace.com/v1alpha1/namespaces/ns/loraadapters"
+
+
+def test_write_status_is_a_guarded_merge_patch_to_status() -> None:
+    seen: list[httpx.Request] = []
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        if request.method == "GET":
+            return httpx.Response(200, json=adapter("7", {"phase": "Old"}))
+        return httpx.Response(200, json=adapter("8", {"phase": "New"}))
+
+    written = kube(answer, seen).write_status(VLLM_ADAPTER, "ns", "a", lambda obj: {"phase": "New"})
+    assert written is not None and written.changed and written.obj["metadata"]["resourceVersion"] == "8"
+    patch = seen[1]
+    assert patch.method == "PATCH"
+    assert patch.url.path.endswith("/loraadapters/a/status")
+    assert patch.headers["content-type"] == "application/merge-patch+json"
+    assert json.loads(patch.content) == {"status": {"phase": "New"}, "metadata": {"resourceVersion": "7"}}
+
+
+def test_write_status_from_current_without_a_read_and_no_op_without_a_request() -> None:
+    seen: list[httpx.Request] = []
+    client = kube(lambda r: httpx.Response(200, json=adapter("2")), seen)
+    unchanged = client.write_status(VLLM_ADAPTER, "ns", "a", lambda obj: {}, current=adapter("1"))
+    assert unchanged is not None and not unchanged.changed and seen == []
+    client.write_status(VLLM_ADAPTER, "ns", "a", lambda obj: {"phase": "X"}, current=adapter("1"))
+    assert [r.method for r in seen] == ["PATCH"]
+
+
+def test_conflicts_reread_then_give_up() -> None:
+    seen: list[httpx.Request] = []
+
+    def conflict(request: httpx.Request) -> httpx.Response:
+        if request.method == "GET":
+            return httpx.Response(200, json=adapter())
+        return httpx.Response(409, json={"reason": "Conflict"})
+
+    with pytest.raises(KubeConflict):
+        kube(conflict, seen).write_status(VLLM_ADAPTER, "ns", "a", lambda obj: {"phase": "X"})
+    assert [r.method for r in seen] == ["GET", "PATCH"] * 5
+
+
+def test_write_of_a_vanished_object_is_none() -> None:
+    assert kube(lambda r: httpx.Response(404)).write_status(VLLM_ADAPTER, "ns", "a", lambda o: {}) is None
+
+
+def test_write_finalizers_patches_metadata() -> None:
+    seen: list[httpx.Request] = []
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(200, json=adapter("3"))
+
+    kube(answer, seen).write_finalizers(VLLM_ADAPTER, "ns", "a", lambda obj: ["rack.ai/unload"])
+    patch = seen[1]
+    assert patch.url.path == "/apis/rackai.rackspace.com/v1alpha1/namespaces/ns/loraadapters/a"
+    assert json.loads(patch.content) == {
+        "metadata": {"finalizers": ["rack.ai/unload"], "resourceVersion": "3"}
+    }
+
+
+def test_record_event_posts_and_never_raises() -> None:
+    seen: list[httpx.Request] = []
+    obj = {"apiVersion": "rack.ai/v1alpha1", "kind": "LoRAAdapter", **adapter()}
+    now = datetime(2026, 1, 1, tzinfo=UTC)
+    kube(lambda r: httpx.Response(201, json={}), seen).record_event(obj, "Warning", "Why", "msg", "load", now)
+    assert seen[0].method == "POST" and seen[0].url.path == "/api/v1/namespaces/ns/events"
+    body = json.loads(seen[0].content)
+    assert body["involvedObject"]["name"] == "a" and body["reason"] == "Why"
+    kube(lambda r: httpx.Response(403)).record_event(obj, "Warning", "Why", "msg", "load", now)
+
+    def down(request: httpx.Request) -> httpx.Response:
+        raise httpx.ConnectError("down")
+
+    kube(down).record_event(obj, "Warning", "Why", "msg", "load", now)
