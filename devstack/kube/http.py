@@ -106,6 +106,10 @@ class Handler(BaseHTTPRequestHandler):
         self.send_response(200)
         self.send_header("Content-Type", response.content_type)
         self.send_header("Transfer-Encoding", "chunked")
+        # The connection ends with the stream: say so, or a pooled client (urllib3, shared by
+        # watches and plain requests in the kubernetes client) reuses it and sees
+        # RemoteDisconnected on its next request (RFC 9112 section 9.6).
+        self.send_header("Connection", "close")
         self.end_headers()
         self.close_connection = True
         try:

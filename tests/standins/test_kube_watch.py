@@ -115,3 +115,22 @@ def test_watch_bookmarks_and_timeout(kube_server: KubeServer) -> None:
     types = {json.loads(line)["type"] for line in response.text.splitlines()}
     assert types == {"BOOKMARK"}
     assert response.headers["Transfer-Encoding"] == "chunked"
+
+
+def test_a_finished_watch_does_not_poison_the_connection_pool(kube_server: KubeServer) -> None:
+    """The kubernetes client pools one urllib3 connection set for watches and plain requests;
+    a watch stream ends with the connection, which the server must announce (Connection: close)
+    or the next POST on the pooled socket fails with RemoteDisconnected (found by the soak)."""
+    with client.ApiClient(kube_server.client_configuration()) as api:
+        core = client.CoreV1Api(api)
+        for i in range(20):
+            for _ in watch.Watch().stream(core.list_namespaced_pod, "default", timeout_seconds=1):
+                pass
+            core.create_namespace({"metadata": {"name": f"after-watch-{i}"}})
+    with httpx.stream(
+        "GET",
+        f"{kube_server.url}/api/v1/namespaces/default/pods",
+        params={"watch": "1", "timeoutSeconds": "1"},
+        headers={"Authorization": f"Bearer {kube_server.admin_token}"},
+    ) as response:
+        assert response.headers["connection"] == "close"
