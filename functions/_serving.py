@@ -100,6 +100,8 @@ class Plan:
     results: dict[str, PodResult] = field(default_factory=dict)
     observe: list[tuple[Endpoint, bool]] = field(default_factory=list)
     """(endpoint, mine): pods `execute` lists, and loads into when mine and missing."""
+    loaded: list[Endpoint] = field(default_factory=list)
+    """Pods this invocation loaded into (see `undo_if_deleted`)."""
 
     def result(self) -> TargetResult:
         return TargetResult(
@@ -136,6 +138,7 @@ def execute(fleet: Fleet, plans: Sequence[Plan], load: bool = True) -> None:
         outcome = fleet.deps.engines.load(ep, plan.wanted.lora_name, plan.wanted.lora_path)
         if outcome.ok:
             fleet.note_loaded(ep, plan.wanted.lora_name, plan.wanted.lora_path)
+            plan.loaded.append(ep)
         plan.results[ep.pod] = PodResult(
             ep.pod, outcome.ok, outcome.reason, outcome.message, outcome.retryable
         )
@@ -164,6 +167,28 @@ def execute(fleet: Fleet, plans: Sequence[Plan], load: bool = True) -> None:
             load_one(todo[0], ep)
 
     fleet.deps.engines.pipeline(groups.values(), pod)
+    if load:
+        undo_if_deleted(fleet, plans)
+
+
+def undo_if_deleted(fleet: Fleet, plans: Sequence[Plan]) -> None:
+    """Take back what this invocation loaded for an adapter that is being deleted meanwhile.
+
+    unload sweeps every pod once the deletionTimestamp is set, then drops the finalizer; a load
+    already in flight can land after that sweep and outlive the adapter. Re-reading the adapter
+    after our own loads closes the window: if it is now deleting or gone, the sweep we raced
+    may have missed our copy, so we remove it ourselves ("not found" counts as done).
+    """
+    for plan in plans:
+        if not plan.loaded or plan.wanted is None:
+            continue
+        kind = kind_of(plan.adapter)
+        current = fleet.deps.kube.get(kind, targets.namespace_of(plan.adapter), targets.name_of(plan.adapter))
+        if current is not None and not targets.is_deleting(current):
+            continue
+        lora = plan.wanted.lora_name
+        fleet.deps.engines.fan_out(plan.loaded, lambda ep, name=lora: fleet.deps.engines.unload(ep, name))
+        plan.loaded = []
 
 
 # -- seed 1 ---------------------------------------------------------------------------------------

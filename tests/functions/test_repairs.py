@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import threading
+import time
+
 import httpx
 from cloudevents.http import from_http
 
@@ -15,8 +18,9 @@ from events.domain import (
     STEP_EXTENSION,
 )
 from events.external import PING
-from functions.resources.kinds import MODEL_DEPLOYMENT, MODEL_DEPLOYMENT_LABEL, VLLM_ADAPTER
+from functions.resources.kinds import MODEL_DEPLOYMENT, MODEL_DEPLOYMENT_LABEL, SGLANG_ADAPTER, VLLM_ADAPTER
 from tests.functions.conftest import World
+from tests.functions.test_load_sglang import adapter, admit, admitted, files, isvc, pods
 from tests.functions.test_load_vllm import READY, loaded_condition, make_adapter
 from tests.functions.test_seed1_path import CONFIG, WEIGHTS, Flow, setup_adapter, status_of
 
@@ -121,3 +125,30 @@ def test_a_copy_left_behind_by_a_deleted_adapter_is_found_and_unloaded(world: Wo
 
     assert world.post("unload", nudges[0]).status_code == 204
     assert set(replica.loaded) == {"mine"}
+
+
+def test_a_load_that_lands_after_the_deletion_sweep_is_taken_back(world: World) -> None:
+    """The load was in flight when the adapter was deleted: unload's sweep saw nothing to remove
+    and dropped the finalizer. load re-reads the adapter after its own loads and undoes them."""
+    ns = world.namespace()
+    isvc(world, ns, 1)
+    created = adapter(world, ns, "s1", "s1-v1", files(world, ns, "s1"))
+    admit(world, created)
+    (pod,) = pods(world, ns)
+    replica = world.workload.replica(ns, pod)
+    replica.configure(load_latency_s=1.0)
+
+    answers: list[httpx.Response] = []
+    loading = threading.Thread(target=lambda: answers.append(world.post("load", admitted(world, ns, "s1"))))
+    loading.start()
+    time.sleep(0.3)  # the load call is now waiting in the engine
+    world.custom.delete_namespaced_custom_object(
+        SGLANG_ADAPTER.group, SGLANG_ADAPTER.version, ns, SGLANG_ADAPTER.plural, "s1"
+    )
+    deleting = world.get(SGLANG_ADAPTER, ns, "s1")
+    assert deleting is not None and deleting["metadata"].get("deletionTimestamp")
+    assert world.post("unload", world.apiserver_event("update", deleting)).is_success
+    assert world.get(SGLANG_ADAPTER, ns, "s1") is None  # finalizer dropped: nothing was loaded yet
+    loading.join(timeout=10)
+    assert answers and answers[0].is_success, answers
+    assert "s1-v1" not in replica.loaded
