@@ -45,7 +45,8 @@ soak: $(STAMP) ## Longer chaos soak (10 minutes)
 	LORAFLOW_SOAK_SECONDS=600 $(PY) -m pytest tests/reliability -k soak -s
 
 reliability: $(STAMP) ## Reliability suite; records its figures in tests/reliability/results.json
-	LORAFLOW_RECORD_RESULTS=1 $(PY) -m pytest tests/reliability -s
+	LORAFLOW_RECORD_RESULTS=1 $(PY) -m pytest tests/reliability
+	$(PY) tests/reliability/report.py
 
 clean: ## Remove the virtualenv and caches
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .devstack
