@@ -28,7 +28,7 @@ def _lifecycle(
     created = world.create(VLLM_ADAPTER, ns, {"metadata": {"name": "a1"}, "spec": world.spec(md5s)})
     deliveries = w.route(world, w.apiserver_event("add", created))
     count, by_key = world.kube.request_count, Counter(world.kube.requests)
-    obj = world.get(VLLM_ADAPTER, ns, "a1")
+    obj = world.read(VLLM_ADAPTER, ns, "a1")
     conditions = {c["type"]: c["status"] for c in obj["status"]["conditions"]}
     assert conditions.get("Ready") == "True" and conditions.get("Loaded") == "True", (conditions, deliveries)
     replicas_with = [

@@ -75,7 +75,7 @@ def run(smoke: bool) -> Result:
                 assert verdict.status_code == 200, verdict.text
 
             ours.append(timed(stat_and_verify))
-            obj = world.get(VLLM_ADAPTER, ns, name)
+            obj = world.read(VLLM_ADAPTER, ns, name)
             assert len(obj["status"]["files"]) == files
             assert any(c["type"] == "Ready" and c["status"] == "True" for c in obj["status"]["conditions"])
         peak_after = _peak_mib()

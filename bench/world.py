@@ -14,26 +14,17 @@ import json
 import logging
 import os
 import secrets
-import tempfile
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import httpx
 from cloudevents.conversion import to_binary
 from cloudevents.http import CloudEvent, from_http
-from kubernetes import client, config
 
-from devstack.engines import EngineFleet
-from devstack.filer import FilerServer
-from devstack.functions_host import FunctionHost
-from devstack.kube import KubeServer
-from devstack.sink import EventSink
-from devstack.workload import Workload
+from devstack.testbed import Testbed, environment, testbed
 from events.domain import AdapterRef
-from functions._edge import reset_deps
 from functions.resources.kinds import MODEL as MODEL_KIND
 from functions.resources.kinds import MODEL_DEPLOYMENT, MODEL_DEPLOYMENT_LABEL, VLLM_ADAPTER, Kind
 
@@ -53,44 +44,17 @@ def ready_condition(reason: str = "IntegrityVerified") -> dict[str, str]:
     }
 
 
-@dataclass
-class World:
-    kube: KubeServer
-    filer: FilerServer
-    sink: EventSink
-    workload: Workload
-    host: FunctionHost
-    api: client.ApiClient
-    data_dir: Path
-    http: httpx.Client = field(default_factory=lambda: httpx.Client(timeout=60))
+class World(Testbed):
+    """The testbed plus what the benchmarks share: a Model per namespace, Ready adapters."""
 
-    @property
-    def custom(self) -> client.CustomObjectsApi:
-        return client.CustomObjectsApi(self.api)
-
-    @property
-    def core(self) -> client.CoreV1Api:
-        return client.CoreV1Api(self.api)
-
-    # -- Kubernetes ------------------------------------------------------------------------------
     def namespace(self) -> str:
-        name = f"b-{secrets.token_hex(4)}"
-        self.core.create_namespace({"metadata": {"name": name}})
+        name = super().namespace()
         self.create(MODEL_KIND, name, {"metadata": {"name": MODEL}, "spec": {"displayName": "bench model"}})
         return name
 
-    def create(self, kind: Kind, namespace: str, body: dict[str, Any]) -> dict[str, Any]:
-        body = {"apiVersion": kind.api_version, "kind": kind.kind, **body}
-        body.setdefault("metadata", {})["namespace"] = namespace
-        created: dict[str, Any] = self.custom.create_namespaced_custom_object(
-            kind.group, kind.version, namespace, kind.plural, body
-        )
-        return created
-
-    def get(self, kind: Kind, namespace: str, name: str) -> dict[str, Any]:
-        found: dict[str, Any] = self.custom.get_namespaced_custom_object(
-            kind.group, kind.version, namespace, kind.plural, name
-        )
+    def read(self, kind: Kind, namespace: str, name: str) -> dict[str, Any]:
+        found = self.get(kind, namespace, name)
+        assert found is not None, f"{kind.plural}/{name} is gone"
         return found
 
     def patch_status(self, kind: Kind, namespace: str, name: str, status: dict[str, Any]) -> None:
@@ -151,9 +115,6 @@ class World:
         )
 
     # -- events ----------------------------------------------------------------------------------
-    def post(self, function: str, event: CloudEvent) -> httpx.Response:
-        headers, body = to_binary(event)
-        return self.http.post(self.host.urls[function], headers=headers, content=body)
 
 
 def event(type_: str, data: Any, subject: str | None = None, **extensions: str) -> CloudEvent:
@@ -197,60 +158,14 @@ def reply_of(response: httpx.Response) -> CloudEvent | None:
 
 
 @contextlib.contextmanager
-def env(**values: str) -> Iterator[None]:
-    saved = {key: os.environ.get(key) for key in values}
-    os.environ.update(values)
-    reset_deps()
-    try:
-        yield
-    finally:
-        for key, value in saved.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
-        reset_deps()
-
-
-@contextlib.contextmanager
 def world(functions: bool = True, **engine_defaults: Any) -> Iterator[World]:
     """Start the stand-ins (and the functions unless `functions=False`); stop them on exit."""
     logging.getLogger("werkzeug").setLevel(logging.WARNING)
-    with tempfile.TemporaryDirectory(prefix="loraflow-bench-") as tmp:
-        base = Path(tmp)
-        data_dir = base / "filer"
-        data_dir.mkdir()
-        kube = KubeServer(crd_dir=ROOT / "knative" / "crds", rbac_dir=ROOT / "knative" / "rbac").start()
-        filer = FilerServer(data_dir=data_dir).start()
-        sink = EventSink().start()
-        admin_config = base / "admin.kubeconfig"
-        kube.write_kubeconfig(admin_config, kube.admin_token)
-        functions_config = base / "functions.kubeconfig"
-        kube.write_kubeconfig(functions_config, kube.issue_token(FUNCTIONS_USER))
-        api = config.new_client_from_config(str(admin_config))
-        settings = {
-            "KUBECONFIG": str(functions_config),
-            "LORAFLOW_FILER_URL": filer.url,
-            "LORAFLOW_MOUNT_ROOT": str(data_dir),
-            "LORAFLOW_ENGINE_TIMEOUT": "10",
-            "LORAFLOW_BROKER_URL": sink.url,
-            "K_SINK": sink.url,
-        }
-        # ephemeral ports: other processes (tests) may hold 127.0.0.x:8000 at the same time
-        workload = Workload(api, mount_root=data_dir, **engine_defaults)
-        # set after construction: Workload's `fleet or EngineFleet(8000)` drops an empty fleet
-        workload.fleet = EngineFleet(port=0)
-        host = FunctionHost().start() if functions else FunctionHost(names=())
-        try:
-            with env(**settings):
-                yield World(kube, filer, sink, workload, host, api, data_dir)
-        finally:
-            host.stop()
-            workload.stop()
-            sink.stop()
-            filer.stop()
-            kube.stop()
-            api.close()
+    with (
+        testbed(World, functions, engine_timeout=10, **engine_defaults) as started,
+        environment(K_SINK=started.sink.url),
+    ):
+        yield started
 
 
 def wait_until(check: Callable[[], bool], timeout: float, interval: float = 0.002) -> bool:
