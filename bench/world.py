@@ -13,7 +13,6 @@ import hashlib
 import json
 import logging
 import os
-import secrets
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -24,7 +23,6 @@ from cloudevents.conversion import to_binary
 from cloudevents.http import CloudEvent, from_http
 
 from devstack.testbed import Testbed, environment, testbed
-from events.domain import AdapterRef
 from functions.resources.kinds import MODEL as MODEL_KIND
 from functions.resources.kinds import MODEL_DEPLOYMENT, MODEL_DEPLOYMENT_LABEL, VLLM_ADAPTER, Kind
 
@@ -117,38 +115,10 @@ class World(Testbed):
     # -- events ----------------------------------------------------------------------------------
 
 
-def event(type_: str, data: Any, subject: str | None = None, **extensions: str) -> CloudEvent:
-    attributes = {"type": type_, "source": "/bench", "id": secrets.token_hex(8), **extensions}
-    if subject:
-        attributes["subject"] = subject
-    return CloudEvent(attributes, data)
-
-
-def adapter_data(kind: Kind, namespace: str, name: str) -> dict[str, Any]:
-    ref = AdapterRef.model_validate({"apiVersion": kind.api_version, "namespace": namespace, "name": name})
-    return {"adapter": ref.model_dump(by_alias=True)}
-
-
-def apiserver_event(verb: str, obj: dict[str, Any]) -> CloudEvent:
-    """What ApiServerSource (mode Resource) sends for `obj`."""
-    meta = obj["metadata"]
-    api_version = obj["apiVersion"]
-    plural = obj["kind"].lower() + "s"
-    prefix = "/api" if "/" not in api_version else "/apis"
-    return CloudEvent(
-        {
-            "type": f"dev.knative.apiserver.resource.{verb}",
-            "source": "https://127.0.0.1:6443",
-            "id": secrets.token_hex(8),
-            "subject": f"{prefix}/{api_version}/namespaces/{meta['namespace']}/{plural}/{meta['name']}",
-            "kind": obj["kind"],
-            "apiversion": api_version,
-            "name": meta["name"],
-            "namespace": meta["namespace"],
-            "datacontenttype": "application/json",
-        },
-        obj,
-    )
+# The testbed's event builders, as module functions for the benchmarks' brevity.
+event = Testbed.event
+adapter_data = Testbed.adapter_data
+apiserver_event = Testbed.apiserver_event
 
 
 def reply_of(response: httpx.Response) -> CloudEvent | None:
