@@ -32,11 +32,19 @@ from devstack.sink import EventSink
 from devstack.workload import Workload
 from events.domain import AdapterRef
 from functions._edge import reset_deps
-from functions.resources.kinds import Kind
+from functions.resources.kinds import VLLM_ADAPTER, Kind
 
 ROOT = Path(__file__).resolve().parents[1]
 FUNCTIONS_USER = "system:serviceaccount:loraflow:loraflow-functions"
 T = TypeVar("T", bound="Testbed")
+READY = {
+    "type": "Ready",
+    "status": "True",
+    "reason": "IntegrityVerified",
+    "message": "ok",
+    "lastTransitionTime": "2026-01-01T00:00:00Z",
+}
+"""The Ready condition verify writes once every declared file matched."""
 
 
 @dataclass
@@ -94,6 +102,19 @@ class Testbed:
             _content_type="application/merge-patch+json",
         )
         return patched
+
+    def mark_ready(self, namespace: str, name: str, storage_dir: str) -> None:
+        """Give a seed-1 adapter the status admit and verify leave once its files matched."""
+        status = {"observedGeneration": 1, "conditions": [READY], "storageRef": {"path": storage_dir}}
+        self.custom.patch_namespaced_custom_object_status(
+            VLLM_ADAPTER.group,
+            VLLM_ADAPTER.version,
+            namespace,
+            VLLM_ADAPTER.plural,
+            name,
+            {"status": status},
+            _content_type="application/merge-patch+json",
+        )
 
     # -- storage -------------------------------------------------------------------------------
     def upload(self, path: str, content: bytes) -> str:

@@ -23,13 +23,6 @@ from functions.resources.kinds import (
 )
 from tests.functions.conftest import World
 
-READY = {
-    "type": "Ready",
-    "status": "True",
-    "reason": "IntegrityVerified",
-    "message": "ok",
-    "lastTransitionTime": "2026-01-01T00:00:00Z",
-}
 FAULTS: dict[str, tuple[dict[str, Any], str]] = {
     "http-500": ({"status": 500, "routes": ["load"], "times": None}, "EngineError"),
     "timeout": ({"delay_s": 5, "routes": ["load"], "times": 1}, "EngineTimeout"),
@@ -42,15 +35,7 @@ def seed1(world: World, replicas: int = 5) -> tuple[str, str, list[str]]:
     world.upload(f"{directory}/adapter_config.json", json.dumps({"peft_type": "LORA", "r": 8}).encode())
     world.upload(f"{directory}/adapter_model.safetensors", b"weights")
     world.create(VLLM_ADAPTER, ns, {"metadata": {"name": "a1"}, "spec": {"model": "m1"}})
-    world.custom.patch_namespaced_custom_object_status(
-        VLLM_ADAPTER.group,
-        VLLM_ADAPTER.version,
-        ns,
-        VLLM_ADAPTER.plural,
-        "a1",
-        {"status": {"observedGeneration": 1, "conditions": [READY], "storageRef": {"path": directory + "/"}}},
-        _content_type="application/merge-patch+json",
-    )
+    world.mark_ready(ns, "a1", directory + "/")
     world.create(
         MODEL_DEPLOYMENT,
         ns,

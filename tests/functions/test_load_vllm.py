@@ -10,14 +10,6 @@ import httpx
 from events.domain import ADAPTER_READY
 from functions.resources.kinds import MODEL_DEPLOYMENT, MODEL_DEPLOYMENT_LABEL, VLLM_ADAPTER
 
-READY = {
-    "type": "Ready",
-    "status": "True",
-    "reason": "IntegrityVerified",
-    "message": "ok",
-    "lastTransitionTime": "2026-01-01T00:00:00Z",
-}
-
 
 def make_adapter(world: Any, ns: str, name: str, rank: int = 16) -> None:
     world.upload(
@@ -26,21 +18,7 @@ def make_adapter(world: Any, ns: str, name: str, rank: int = 16) -> None:
     )
     world.upload(f"/loraadapters/{ns}/m1/{name}/adapter_model.safetensors", b"weights")
     world.create(VLLM_ADAPTER, ns, {"metadata": {"name": name}, "spec": {"model": "m1"}})
-    world.custom.patch_namespaced_custom_object_status(
-        VLLM_ADAPTER.group,
-        VLLM_ADAPTER.version,
-        ns,
-        VLLM_ADAPTER.plural,
-        name,
-        {
-            "status": {
-                "observedGeneration": 1,
-                "conditions": [READY],
-                "storageRef": {"path": f"/loraadapters/{ns}/m1/{name}/"},
-            }
-        },
-        _content_type="application/merge-patch+json",
-    )
+    world.mark_ready(ns, name, f"/loraadapters/{ns}/m1/{name}/")
 
 
 def state(world: Any, ns: str, pod: str) -> dict[str, Any]:

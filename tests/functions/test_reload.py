@@ -13,14 +13,6 @@ from events.domain import ADAPTER_READY, POD_RELOADED
 from functions.resources.kinds import MODEL_DEPLOYMENT, MODEL_DEPLOYMENT_LABEL, VLLM_ADAPTER
 from tests.functions.conftest import World
 
-READY = {
-    "type": "Ready",
-    "status": "True",
-    "reason": "IntegrityVerified",
-    "message": "ok",
-    "lastTransitionTime": "2026-01-01T00:00:00Z",
-}
-
 
 def make_adapter(world: World, ns: str, name: str, model: str = "m1") -> str:
     """A Ready seed-1 adapter with its files in the filer; returns the engine-side lora_path."""
@@ -32,15 +24,7 @@ def make_adapter(world: World, ns: str, name: str, model: str = "m1") -> str:
         ns,
         {"metadata": {"name": name, "finalizers": ["loraflow.io/unload"]}, "spec": {"model": model}},
     )
-    world.custom.patch_namespaced_custom_object_status(
-        VLLM_ADAPTER.group,
-        VLLM_ADAPTER.version,
-        ns,
-        VLLM_ADAPTER.plural,
-        name,
-        {"status": {"observedGeneration": 1, "conditions": [READY], "storageRef": {"path": directory + "/"}}},
-        _content_type="application/merge-patch+json",
-    )
+    world.mark_ready(ns, name, directory + "/")
     return f"{world.data_dir}{directory}"
 
 

@@ -8,6 +8,7 @@ import time
 import httpx
 from cloudevents.http import from_http
 
+from devstack.testbed import READY
 from events.domain import (
     ADAPTER_DRIFTED,
     ADAPTER_FAILED,
@@ -21,7 +22,7 @@ from events.external import PING
 from functions.resources.kinds import MODEL_DEPLOYMENT, MODEL_DEPLOYMENT_LABEL, SGLANG_ADAPTER, VLLM_ADAPTER
 from tests.functions.conftest import World
 from tests.functions.test_load_sglang import adapter, admit, admitted, files, isvc, pods
-from tests.functions.test_load_vllm import READY, loaded_condition, make_adapter
+from tests.functions.test_load_vllm import loaded_condition, make_adapter
 from tests.functions.test_seed1_path import CONFIG, WEIGHTS, Flow, setup_adapter, status_of
 
 

@@ -12,6 +12,7 @@ from typing import Any
 import httpx
 from cloudevents.http import CloudEvent
 
+from devstack.testbed import READY
 from events.domain import ADAPTER_ADMITTED, ADAPTER_DRIFTED, ADAPTER_READY, STEP_EXTENSION
 from events.external import PING
 from functions.resources.kinds import (
@@ -26,13 +27,6 @@ from functions.resources.kinds import (
 )
 from tests.functions.conftest import World
 
-READY = {
-    "type": "Ready",
-    "status": "True",
-    "reason": "IntegrityVerified",
-    "message": "ok",
-    "lastTransitionTime": "2026-01-01T00:00:00Z",
-}
 ADMITTED = {**READY, "status": "Unknown", "reason": "Admitted", "message": "waiting for files"}
 V1, V2 = "v1", "v2"
 

@@ -22,13 +22,6 @@ from functions.resources.kinds import (
 )
 from tests.functions.conftest import World
 
-READY = {
-    "type": "Ready",
-    "status": "True",
-    "reason": "IntegrityVerified",
-    "message": "ok",
-    "lastTransitionTime": "2026-01-01T00:00:00Z",
-}
 STATIC = {"sys-lora": "/models/sys-lora"}
 
 
@@ -41,15 +34,7 @@ def make_adapter(world: World, ns: str, name: str) -> str:
     world.create(
         VLLM_ADAPTER, ns, {"metadata": {"name": name, "finalizers": [FINALIZER]}, "spec": {"model": "m1"}}
     )
-    world.custom.patch_namespaced_custom_object_status(
-        VLLM_ADAPTER.group,
-        VLLM_ADAPTER.version,
-        ns,
-        VLLM_ADAPTER.plural,
-        name,
-        {"status": {"observedGeneration": 1, "conditions": [READY], "storageRef": {"path": directory + "/"}}},
-        _content_type="application/merge-patch+json",
-    )
+    world.mark_ready(ns, name, directory + "/")
     return f"{world.data_dir}{directory}"
 
 
