@@ -177,6 +177,10 @@ def _adapter_v1(adapter: Obj, mds: list[Obj], snapshot: Snapshot, add: Any) -> N
         if not _failed_v1(adapter):
             add(adapter, "stat", "admitted but not Ready: files may have arrived unnoticed")
         return
+    loaded = _conditions(adapter).get("Loaded")
+    if not mds and loaded is not None and loaded.get("reason") != "NotReferenced":
+        add(adapter, "load", "Loaded is stale: no ModelDeployment names it")
+        return
     serving = [md for md in mds if targets.serves_v1(md, adapter)]
     pods = {
         f"{targets.name_of(md)}/{pod}": listing

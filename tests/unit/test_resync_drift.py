@@ -126,7 +126,7 @@ FULL = {("ns", "d1"): {"p0": {"a1": ROOT}, "p1": {"a1": ROOT}}}
         ),
         pytest.param(
             Snapshot(
-                v1=[a1(used=[])],
+                v1=[a1(used=[], loaded="False", loaded_reason="NotReferenced")],
                 deployments=[d1(["other"])],
                 md_pods={("ns", "d1"): {"p0": {"a1": ROOT, "static": "/models/static"}}},
             ),
@@ -135,7 +135,7 @@ FULL = {("ns", "d1"): {"p0": {"a1": ROOT}, "p1": {"a1": ROOT}}}
         ),
         pytest.param(
             Snapshot(
-                v1=[a1(used=[])],
+                v1=[a1(used=[], loaded="False", loaded_reason="NotReferenced")],
                 deployments=[d1(["other"])],
                 md_pods={("ns", "d1"): {"p0": {"a1": "/models/a1"}}},
             ),
@@ -194,6 +194,9 @@ FULL = {("ns", "d1"): {"p0": {"a1": ROOT}, "p1": {"a1": ROOT}}}
             id="v2-target-still-vllm",
         ),
         pytest.param(Snapshot(v2=[s1()]), [("s1", "admit")], id="v2-target-gone"),
+        pytest.param(
+            Snapshot(v1=[a1(used=[], loaded="True")]), [("a1", "load")], id="unreferenced-loaded-stale"
+        ),
         pytest.param(
             Snapshot(deployments=[d1()], md_pods={("ns", "d1"): {"p0": {"a1": ROOT}}}),
             [("a1", "unload")],
