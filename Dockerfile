@@ -14,7 +14,11 @@ COPY pyproject.toml constraints.txt README.md* ./
 COPY functions/ functions/
 COPY events/ events/
 COPY main.py ./
+# Only [project] dependencies (no extras: no kubernetes, no rich). pip byte-compiles what it
+# installs; compileall covers /app too, since PYTHONDONTWRITEBYTECODE stops the (read-only)
+# runtime from caching .pyc and every cold start would compile our modules again.
 RUN pip install --no-cache-dir -c constraints.txt . \
+    && python -m compileall -q /app \
     && useradd --system --uid 10001 --no-create-home --shell /usr/sbin/nologin loraflow
 
 USER 10001

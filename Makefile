@@ -3,6 +3,10 @@ PYTHON ?= python3
 VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
+# What the functions' image installs ([project] dependencies, no extras): the cold-start
+# benchmark runs the functions there, as in the container.
+RUNTIME       := .venv-runtime
+RUNTIME_STAMP := $(RUNTIME)/.installed
 
 SHELL  := /bin/bash
 .SHELLFLAGS := -o pipefail -c
@@ -19,8 +23,16 @@ $(STAMP): pyproject.toml constraints.txt
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	@echo "Setting up $(VENV) (first run or dependencies changed)..."
 	@$(PY) -m pip install -q --disable-pip-version-check --upgrade 'pip==25.3' 2>&1 | { $(QUIET_PIP); }
-	@$(PY) -m pip install -q --disable-pip-version-check -c constraints.txt -e '.[dev]' 2>&1 | { $(QUIET_PIP); }
+	@$(PY) -m pip install -q --disable-pip-version-check -c constraints.txt -e '.[cli,devstack,dev]' 2>&1 | { $(QUIET_PIP); }
 	@touch $(STAMP)
+
+$(RUNTIME_STAMP): pyproject.toml constraints.txt | $(STAMP)
+	@test -x $(RUNTIME)/bin/python || $(PYTHON) -m venv $(RUNTIME)
+	@echo "Setting up $(RUNTIME) (the functions' image dependencies only)..."
+	@$(RUNTIME)/bin/python -m pip install -q --disable-pip-version-check --upgrade 'pip==25.3' 2>&1 | { $(QUIET_PIP); }
+	@$(PY) -c 'import tomllib; print(*tomllib.load(open("pyproject.toml", "rb"))["project"]["dependencies"], sep="\n")' > $(RUNTIME)/requirements.txt
+	@$(RUNTIME)/bin/python -m pip install -q --disable-pip-version-check -c constraints.txt -r $(RUNTIME)/requirements.txt 2>&1 | { $(QUIET_PIP); }
+	@touch $(RUNTIME_STAMP)
 
 venv: $(STAMP) ## Create or refresh the virtualenv (idempotent)
 
@@ -38,7 +50,7 @@ lint: $(STAMP) ## ruff + mypy
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy functions events devstack loraflow
 
-bench: $(STAMP) ## Run the benchmark suite, write bench/results/*.json
+bench: $(STAMP) $(RUNTIME_STAMP) ## Run the benchmark suite, write bench/results/*.json
 	$(PY) -m bench
 
 soak: $(STAMP) ## Longer chaos soak (10 minutes)
@@ -49,4 +61,4 @@ reliability: $(STAMP) ## Reliability suite; records its figures in tests/reliabi
 	$(PY) tests/reliability/report.py
 
 clean: ## Remove the virtualenv and caches
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .devstack
+	rm -rf $(VENV) $(RUNTIME) .pytest_cache .mypy_cache .ruff_cache .devstack

@@ -16,6 +16,7 @@ Two sources, as `kubernetes.config` has them:
 from __future__ import annotations
 
 import base64
+import json
 import os
 import ssl
 import tempfile
@@ -185,18 +186,33 @@ class _Entry:
     """Directory of the file the entry came from (relative paths resolve against it)."""
 
 
+def _document(path: Path) -> Any:
+    """A kubeconfig file's content. JSON is YAML too, and parsed without importing the YAML
+    parser (~15 ms of a cold start); in a cluster there is no kubeconfig at all."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as err:
+        raise KubeConfigError(f"cannot read kubeconfig {path}: {err}") from err
+    if text.lstrip().startswith("{"):
+        try:
+            return json.loads(text)
+        except ValueError:
+            pass  # YAML flow style, not JSON: the YAML parser decides
+    import yaml
+
+    try:
+        return yaml.safe_load(text) or {}
+    except yaml.YAMLError as err:
+        raise KubeConfigError(f"cannot read kubeconfig {path}: {err}") from err
+
+
 def _merged(paths: list[Path]) -> tuple[str | None, dict[str, dict[str, _Entry]]]:
     """current-context and the named clusters/users/contexts; the first file to set one wins."""
-    import yaml  # not needed in a cluster (no kubeconfig there)
-
     current: str | None = None
     named: dict[str, dict[str, _Entry]] = {"clusters": {}, "users": {}, "contexts": {}}
     inner = {"clusters": "cluster", "users": "user", "contexts": "context"}
     for path in paths:
-        try:
-            document = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
-        except (OSError, yaml.YAMLError) as err:
-            raise KubeConfigError(f"cannot read kubeconfig {path}: {err}") from err
+        document = _document(path)
         if not isinstance(document, dict):
             raise KubeConfigError(f"kubeconfig {path} is not a mapping")
         current = current or document.get("current-context") or None
@@ -275,7 +291,13 @@ def from_kubeconfig(kubeconfig: str, context: str | None = None) -> KubeConfig:
 
 def via_kubernetes_package(kubeconfig: str, context: str | None = None) -> KubeConfig:
     """exec / auth-provider users: the `kubernetes` package runs the plugin (imported here only)."""
-    from kubernetes import client, config  # heavy (~0.5 s): only for these users
+    try:
+        from kubernetes import client, config  # heavy (~0.5 s): only for these users
+    except ImportError as err:  # the functions' image does not ship it: in a pod, the SA is used
+        raise KubeConfigError(
+            f"kubeconfig {kubeconfig}: its user runs an exec or auth-provider plugin, which needs "
+            "the kubernetes package (pip install 'loraflow[cli]')"
+        ) from err
 
     configuration = client.Configuration()
     config.load_kube_config(config_file=kubeconfig, context=context, client_configuration=configuration)
