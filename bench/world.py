@@ -196,12 +196,20 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def spawn(target: str, source: Path, port: int, extra_env: dict[str, str] | None = None) -> Any:
-    """`functions-framework --target <target>` in its own process (as in the container)."""
+def spawn(
+    target: str,
+    source: Path,
+    port: int,
+    extra_env: dict[str, str] | None = None,
+    python: str | None = None,
+) -> Any:
+    """`functions-framework --target <target>` in its own process (as in the container), run by
+    `python` (default: this interpreter)."""
     import subprocess
     import sys
 
-    command = [sys.executable, "-m", "functions_framework", "--target", target, "--source", str(source)]
+    command = [python or sys.executable, "-m", "functions_framework", "--target", target]
+    command += ["--source", str(source)]
     command += ["--host", "127.0.0.1", "--port", str(port), "--signature-type", "http"]
     return subprocess.Popen(
         command,

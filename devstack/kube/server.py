@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import base64
+import json
 import threading
 from collections import Counter
 from pathlib import Path
 from typing import Any
-
-import yaml
 
 from devstack.kube.api import Api, Counters
 from devstack.kube.faults import Fault, Faults
@@ -148,10 +147,11 @@ class KubeServer:
 
     def write_kubeconfig(self, path: Path, token: str | None = None, namespace: str = "default") -> Path:
         """Write a kubeconfig for kubectl / kubernetes.config.load_kube_config. kubectl sends
-        bearer tokens only over TLS (clientcmd): start the server with `tls=True` for kubectl."""
+        bearer tokens only over TLS (clientcmd): start the server with `tls=True` for kubectl.
+        Written as JSON (which is YAML too), as `kubectl config view -o json` prints one."""
         path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(yaml.safe_dump(self.kubeconfig(token, namespace)), encoding="utf-8")
+        path.write_text(json.dumps(self.kubeconfig(token, namespace), indent=2), encoding="utf-8")
         return path
 
     # ------------------------------------------------------------ observability

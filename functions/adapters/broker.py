@@ -6,13 +6,14 @@ import httpx
 from cloudevents.conversion import to_binary
 from cloudevents.http import CloudEvent
 
+from functions.adapters.tls import verify_for
 from functions.errors import Retryable
 
 
 class Broker:
     def __init__(self, url: str | None, timeout: float = 10.0) -> None:
         self._url = url
-        self._http = httpx.Client(timeout=timeout)
+        self._http = httpx.Client(timeout=timeout, verify=verify_for(url or ""))
 
     def publish(self, event: CloudEvent) -> None:
         if not self._url:

@@ -26,6 +26,7 @@ from uuid import uuid4
 import httpx
 
 from functions.adapters.kubeconfig import KubeConfig, load
+from functions.adapters.tls import never_used
 from functions.errors import KubeConflict, KubeUnavailable, LoraflowError
 from functions.logic import mergepatch
 from functions.logic.conditions import timestamp
@@ -126,7 +127,7 @@ class KubeApi:
 def _verify(config: KubeConfig) -> ssl.SSLContext:
     if config.server.startswith("https:"):
         return config.ssl_context()
-    return ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)  # plain http: never used, cheap to build
+    return never_used()
 
 
 def connect(kubeconfig: str | None) -> KubeApi:

@@ -22,6 +22,7 @@ from typing import Any, Protocol
 import httpx
 import urllib3
 
+from functions.adapters.tls import verify_for
 from functions.errors import StorageUnavailable
 from functions.settings import Settings
 
@@ -74,7 +75,7 @@ def md5_from_etag(etag: str | None) -> str | None:
 class FilerStorage:
     def __init__(self, base_url: str, page_size: int, timeout: float = 30.0) -> None:
         self._base = base_url.rstrip("/")
-        self._http = httpx.Client(base_url=self._base, timeout=timeout)
+        self._http = httpx.Client(base_url=self._base, timeout=timeout, verify=verify_for(self._base))
         self._pool = urllib3.PoolManager(timeout=urllib3.Timeout(connect=5.0, read=timeout), retries=False)
         self._page_size = page_size
 

@@ -38,6 +38,9 @@ class WireModel(BaseModel):
         populate_by_name=True,
         extra="allow",
         serialize_by_alias=True,
+        # Validators are built on a model's first use, not at import: a function's process
+        # builds only the models its events touch, and its cold start pays for no others.
+        defer_build=True,
     )
 
     # Wire names that are required without omitempty in the Go type (e.g. metav1.Condition's

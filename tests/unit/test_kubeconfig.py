@@ -146,6 +146,36 @@ def test_kubeconfig_list_first_file_wins(tmp_path: Path) -> None:
     assert (config.server, config.authorization()) == ("https://first", "Bearer one")
 
 
+JSON_ONLY = textwrap.dedent(
+    """
+    import sys
+    from functions.adapters.kubeconfig import from_kubeconfig
+
+    config = from_kubeconfig(sys.argv[1])
+    assert config.server == "https://k" and config.authorization() == "Bearer t", config
+    assert "yaml" not in sys.modules, "a JSON kubeconfig needs no YAML parser"
+    """
+)
+
+
+def test_a_json_kubeconfig_is_read_without_the_yaml_parser(tmp_path: Path) -> None:
+    path = write(tmp_path / "kc", {"server": "https://k"}, {"token": "t"})
+    path.write_text(json.dumps(yaml.safe_load(path.read_text())), encoding="utf-8")
+    done = subprocess.run(
+        [sys.executable, "-c", JSON_ONLY, str(path)], cwd=ROOT, capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, done.stderr
+
+
+def test_yaml_flow_style_that_is_not_json_still_parses(tmp_path: Path) -> None:
+    path = tmp_path / "kc"
+    path.write_text(
+        "{current-context: ctx, clusters: [{name: c, cluster: {server: 'https://flow'}}],"
+        " users: [{name: u, user: {token: t}}], contexts: [{name: ctx, context: {cluster: c, user: u}}]}"
+    )
+    assert from_kubeconfig(str(path)).server == "https://flow"
+
+
 def sa_dir(tmp_path: Path, token: str = "sa-token") -> Path:
     directory = tmp_path / "serviceaccount"
     directory.mkdir(exist_ok=True)
