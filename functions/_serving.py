@@ -123,9 +123,8 @@ def plan_pods(fleet: Fleet, plan: Plan, endpoints: list[Endpoint], pods_of: set[
 def execute(fleet: Fleet, plans: Sequence[Plan], load: bool = True) -> None:
     """List every observed pod and load what it lacks; a failing pod never blocks the others.
 
-    Pipelined per pod on one bounded pool: a pod's loads are queued as soon as its own listing
-    is in (the first one runs in the same worker), so loads overlap the other pods' listings
-    instead of waiting for all of them.
+    Pipelined per pod (`Engines.pipeline`): a pod's loads are queued as soon as its own
+    listing is in, so they overlap the other pods' listings instead of waiting for all of them.
     """
     groups: dict[str, tuple[Endpoint, list[tuple[Plan, bool]]]] = {}
     for plan in plans:
@@ -143,9 +142,7 @@ def execute(fleet: Fleet, plans: Sequence[Plan], load: bool = True) -> None:
             ep.pod, outcome.ok, outcome.reason, outcome.message, outcome.retryable
         )
 
-    def pod(
-        group: tuple[Endpoint, list[tuple[Plan, bool]]], spawn: Callable[[Callable[[], None]], None]
-    ) -> None:
+    def pod(group: tuple[Endpoint, list[tuple[Plan, bool]]]) -> list[Callable[[], None]]:
         ep, members = group
         listing = fleet.listing(ep)
         todo: list[Plan] = []
@@ -161,10 +158,7 @@ def execute(fleet: Fleet, plans: Sequence[Plan], load: bool = True) -> None:
                 plan.results[ep.pod] = PodResult(ep.pod, False, loading.NOT_LOADED, "not loaded")
             else:
                 todo.append(plan)
-        for plan in todo[1:]:
-            spawn(partial(load_one, plan, ep))
-        if todo:
-            load_one(todo[0], ep)
+        return [partial(load_one, plan, ep) for plan in todo]
 
     fleet.deps.engines.pipeline(groups.values(), pod)
     if load:

@@ -8,24 +8,24 @@ each; a failing replica yields a result, never an exception, so it cannot block 
 from __future__ import annotations
 
 import json
-import threading
 import time
 from collections.abc import Callable, Iterable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
-from functools import partial
 from typing import Any, Protocol, TypeVar
 
 import httpx
 
+from functions.adapters.tls import never_used
 from functions.logic.pods import Endpoint, Runtime
 from functions.observability import ENGINE_FAILURES, ENGINE_SECONDS
 from functions.settings import Settings
 
 T = TypeVar("T")
 R = TypeVar("R")
-Spawn = Callable[[Callable[[], None]], None]
-"""Queue a follow-up task on the same bounded pool (see `Engines.pipeline`)."""
+Task = Callable[[], None]
+LISTING_WIDTH = 4
+"""Listings in flight per load in flight (`Engines.pipeline`); also sizes the connection pool."""
 
 
 @dataclass(frozen=True)
@@ -132,8 +132,13 @@ def classify_unload(response: httpx.Response) -> CallResult:
 
 class Engines:
     def __init__(self, settings: Settings, transport: httpx.BaseTransport | None = None) -> None:
-        limits = httpx.Limits(max_connections=settings.load_concurrency * 4, max_keepalive_connections=200)
-        self._http = httpx.Client(timeout=settings.engine_timeout, limits=limits, transport=transport)
+        limits = httpx.Limits(
+            max_connections=settings.load_concurrency * LISTING_WIDTH, max_keepalive_connections=200
+        )
+        # engines are reached at http://<pod IP>:<port> (logic/pods.endpoint): no TLS to set up
+        self._http = httpx.Client(
+            timeout=settings.engine_timeout, limits=limits, transport=transport, verify=never_used()
+        )
         self._concurrency = settings.load_concurrency
 
     def healthy(self, endpoint: Endpoint) -> bool:
@@ -194,32 +199,27 @@ class Engines:
         with ThreadPoolExecutor(max_workers=min(self._concurrency, len(work))) as pool:
             return list(zip(work, pool.map(call, work), strict=True))
 
-    def pipeline(self, items: Iterable[T], step: Callable[[T, Spawn], None]) -> None:
-        """Run `step(item, spawn)` over `items` on one pool of `load_concurrency` workers.
+    def pipeline(self, items: Iterable[T], observe: Callable[[T], list[Task]]) -> None:
+        """Run `observe(item)` (a listing) over `items`, and the tasks (loads) each returns.
 
-        `spawn(task)` queues follow-up work (e.g. the loads a pod's listing showed missing) on
-        the same pool, so a pod's loads start as soon as its own listing is in, not after every
-        pod was listed; the bound holds for listings and loads together. Returns when every
-        task, follow-ups included, has finished (re-raising the first exception of a task).
+        Two bounds, because the two kinds of call cost an engine very different amounts: a
+        load reads weights and allocates GPU memory, so at most `load_concurrency` run at once;
+        a listing is a dictionary read, so listings go `LISTING_WIDTH` times wider and are not
+        queued behind the loads. A pod's loads start as soon as its own listing is in. Returns
+        when everything has finished (re-raising the first exception of a task).
         """
         work = list(items)
         if not work:
             return
-        futures: list[Future[None]] = []
-        lock = threading.Lock()
-        with ThreadPoolExecutor(max_workers=self._concurrency) as pool:
+        listing_workers = min(len(work), self._concurrency * LISTING_WIDTH)
+        with (
+            ThreadPoolExecutor(max_workers=self._concurrency) as loads,
+            ThreadPoolExecutor(max_workers=listing_workers) as listings,
+        ):
 
-            def spawn(task: Callable[[], None]) -> None:
-                with lock:
-                    futures.append(pool.submit(task))
+            def observe_then_queue(item: T) -> list[Future[None]]:
+                return [loads.submit(task) for task in observe(item)]
 
-            for item in work:
-                spawn(partial(step, item, spawn))
-            done = 0
-            while True:
-                with lock:
-                    if done >= len(futures):
-                        break
-                    future = futures[done]
-                future.result()
-                done += 1
+            queued = [listings.submit(observe_then_queue, item) for item in work]
+            for load in [future for listed in queued for future in listed.result()]:
+                load.result()
