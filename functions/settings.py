@@ -19,6 +19,7 @@ class Settings(BaseModel):
     storage: Literal["filer", "s3"] = "filer"
     filer_url: str = "http://seaweedfs-filer.seaweedfs:8888"
     filer_page_size: int = Field(default=1000, ge=1, le=100000)
+    status_max_files: int = Field(default=1000, ge=1, le=5000)
     s3_endpoint: str | None = None
     s3_bucket: str = "loraadapters"
     s3_region: str = "us-east-1"

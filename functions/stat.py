@@ -8,7 +8,10 @@ Reads: the seed-1 adapter (re-read; for file.changed the adapter is found from t
 Writes: one status write: files [{path, size}], size (BinarySI Quantity of the total,
     "0" when empty), integrity.files {path: {md5 (hex, omitted when the backend reported
     none), size}} whenever at least one file was seen (removed when none); phase/ready
-    re-derived (files seen moves Pending to Processing).
+    re-derived (files seen moves Pending to Processing). files and integrity.files record at
+    most `LORAFLOW_STATUS_MAX_FILES` files: every declared one (spec.integrity.md5) first,
+    then the others in path order; size is always the total of all. A Warning Event
+    `StatusFilesTruncated` says so when the observation changes.
 Replies: `io.loraflow.adapter.statcompleted.v1` when the observation changed, and always on a
     resync nudge (which means a verify was lost).
 Outcomes: 200 + statcompleted; 204 nothing changed / seed-2 adapter / no adapter at that
@@ -56,20 +59,39 @@ if TYPE_CHECKING:  # the storage adapter (httpx, urllib3) is imported when a han
 NAME = "stat"
 ACCEPTS = (ADAPTER_ADMITTED, FILE_CHANGED, ADAPTER_DRIFTED)
 OBSERVATION = ("files", "size", "integrity")
+TRUNCATED = "StatusFilesTruncated"
 
 Obj = dict[str, Any]
 
 
 # -- pure ------------------------------------------------------------------------------------
-def decide(adapter: LoRAAdapter, listing: Sequence[StoredFile], now: datetime) -> LoRAAdapterStatus:
+def recorded(adapter: LoRAAdapter, listing: Sequence[StoredFile], max_files: int) -> list[StoredFile]:
+    """The files the status records, in path order: every declared one, then the others.
+
+    A status is stored whole in etcd, whose requests are at most 1.5 MiB by default: each
+    file costs ~100-300 bytes twice (files and integrity.files), so 10,000 files would make
+    the API server refuse every write (500 "etcdserver: request is too large"). Verify needs
+    only the declared files, which the spec itself bounds.
+    """
+    declared = set((adapter.spec.integrity.md5 if adapter.spec.integrity else None) or {})
+    ordered = sorted(listing, key=lambda f: f.path)
+    chosen = [f for f in ordered if f.path in declared]
+    room = max(0, max_files - len(chosen))
+    chosen += [f for f in ordered if f.path not in declared][:room]
+    return sorted(chosen, key=lambda f: f.path)
+
+
+def decide(
+    adapter: LoRAAdapter, listing: Sequence[StoredFile], now: datetime, max_files: int = 1000
+) -> LoRAAdapterStatus:
     """The whole status with the new storage observation (`now` unused: no condition moves)."""
     del now
     status = adapter.status or LoRAAdapterStatus()
-    files = sorted(listing, key=lambda f: f.path)
-    total = sum(f.size for f in files)
+    files = recorded(adapter, listing, max_files)
+    total = sum(f.size for f in listing)
     integrity = status.integrity.model_copy() if status.integrity else IntegrityStatus()
     integrity.files = {f.path: FileStatus(md5=f.md5, size=f.size) for f in files} or None
-    phase_, ready = phase.summarize(status.conditions, bool(files))
+    phase_, ready = phase.summarize(status.conditions, bool(listing))
     return status.model_copy(
         update={
             "files": [FileInfo(path=f.path, size=f.size) for f in files] or None,
@@ -152,7 +174,7 @@ def _one(
         fresh = _parse(current)
         if (current.get("metadata") or {}).get("deletionTimestamp") or listing_dir(fresh) != directory:
             return None  # moved under us: the next nudge lists the right place
-        return decide(fresh, listing, now).to_wire()
+        return decide(fresh, listing, now, deps.settings.status_max_files).to_wire()
 
     written = kube.write_status(VLLM_ADAPTER, namespace, name, desired)
     if written is None:
@@ -162,10 +184,13 @@ def _one(
     )
     if unchanged and not nudged:
         return None
+    shown = len((written.obj.get("status") or {}).get("files") or [])
+    if shown < len(listing) and not unchanged:
+        message = f"status lists {shown} of the {len(listing)} files in {directory} (declared ones first)"
+        deps.kube.record_event(written.obj, "Warning", TRUNCATED, message, NAME, now)
     ref = AdapterRef(api_version=VLLM_ADAPTER.api_version, namespace=namespace, name=name)
-    files = (written.obj.get("status") or {}).get("files") or []
     payload = AdapterStatCompleted(
-        adapter=ref, files=len(files), size=format_bytes(sum(f.size for f in listing))
+        adapter=ref, files=len(listing), size=format_bytes(sum(f.size for f in listing))
     )
     return _edge.reply(ADAPTER_STAT_COMPLETED, NAME, VLLM_ADAPTER.path(namespace, name), payload)
 

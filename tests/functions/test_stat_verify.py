@@ -16,6 +16,7 @@ from events.domain import (
     ADAPTER_STAT_COMPLETED,
     FILE_CHANGED,
 )
+from functions.logic.quantity import format_bytes
 from functions.observability import KUBE_CONFLICTS
 from functions.resources.kinds import MODEL, SGLANG_ADAPTER, VLLM_ADAPTER
 from tests.functions.conftest import World
@@ -281,3 +282,29 @@ def test_stat_rejects_paths_outside_the_adapters(world: World, path: str) -> Non
     response = world.post("stat", changed(world, path), structured=True)
     assert response.status_code == 400
     assert repr(path) in response.text
+
+
+def test_a_directory_too_large_for_one_status_records_the_declared_files_first(world: World) -> None:
+    """The status is bounded (LORAFLOW_STATUS_MAX_FILES): declared files always, then the others
+    in path order; size counts every file, statcompleted tells the real count, a Warning says so,
+    and verify still reaches its verdict from the declared files."""
+    flow = Flow(world)
+    ns, directory = setup_adapter(world, flow)
+    extras = [f"{directory}aa-extra-{i:02d}.bin" for i in range(6)]  # sort before the declared
+    for path in extras:
+        world.filer.put_file(path, b"x")
+    with world.settings(LORAFLOW_STATUS_MAX_FILES="4"):
+        upload_both(world, directory)
+        replies = flow.send("stat", changed(world, directory + WEIGHTS_NAME))
+    assert [r["type"] for r in replies] == [ADAPTER_STAT_COMPLETED, ADAPTER_READY]
+    assert replies[0].get_data()["files"] == 8
+    status = status_of(world, ns)
+    declared = [directory + CONFIG_NAME, directory + WEIGHTS_NAME]
+    assert [f["path"] for f in status["files"]] == sorted(extras[:2] + declared)
+    assert sorted(status["integrity"]["files"]) == sorted(extras[:2] + declared)
+    assert status["size"] == format_bytes(len(CONFIG) + len(WEIGHTS) + len(extras))
+    assert ready_condition(world, ns)["reason"] == "IntegrityVerified"
+    warnings = [
+        e.message for e in world.core.list_namespaced_event(ns).items if e.reason == "StatusFilesTruncated"
+    ]
+    assert warnings == [f"status lists 4 of the 8 files in {directory} (declared ones first)"]

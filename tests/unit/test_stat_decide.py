@@ -9,7 +9,7 @@ import pytest
 
 from functions.adapters.storage import StoredFile
 from functions.resources.rackai import LoRAAdapter
-from functions.stat import decide, listing_dir, observation
+from functions.stat import decide, listing_dir, observation, recorded
 
 NOW = datetime(2026, 3, 1, tzinfo=UTC)
 DIR = "/loraadapters/ns/llama/a/"
@@ -139,3 +139,36 @@ def test_listing_dir_none_for_impossible_model() -> None:
 
 def test_observation_ignores_conditions() -> None:
     assert observation({"files": [1], "conditions": [2]}) == {"files": [1], "size": None, "integrity": None}
+
+
+def declaring(*paths: str) -> LoRAAdapter:
+    return LoRAAdapter.model_validate(
+        {
+            "metadata": {"name": "a", "namespace": "ns", "generation": 1},
+            "spec": {"model": "llama", "integrity": {"md5": dict.fromkeys(paths, M1)}},
+        }
+    )
+
+
+@pytest.mark.parametrize(
+    ("declared", "max_files", "expected"),
+    [
+        pytest.param((), 10, ["a", "b", "c", "d", "e"], id="all-fit"),
+        pytest.param((), 2, ["a", "b"], id="undeclared-in-path-order"),
+        pytest.param(("e",), 2, ["a", "e"], id="declared-first"),
+        pytest.param(("e", "d", "c"), 2, ["c", "d", "e"], id="every-declared-even-beyond-the-cap"),
+        pytest.param(("z",), 1, ["a"], id="declared-but-absent-takes-no-room"),
+    ],
+)
+def test_recorded(declared: tuple[str, ...], max_files: int, expected: list[str]) -> None:
+    listing = [StoredFile(path=DIR + n, size=1, md5=None) for n in "edcba"]
+    chosen = recorded(declaring(*(DIR + n for n in declared)), listing, max_files)
+    assert [f.path for f in chosen] == [DIR + n for n in expected]
+
+
+def test_decide_truncated_keeps_the_total_size() -> None:
+    listing = [StoredFile(path=DIR + f"f{i}", size=1024, md5=None) for i in range(4)]
+    status = decide(adapter(BASE), listing, NOW, max_files=1).to_wire()
+    assert status["files"] == [{"path": DIR + "f0", "size": 1024}]
+    assert status["size"] == "4Ki"
+    assert status["phase"] == "Processing"
