@@ -34,6 +34,10 @@ EXPIRED_MESSAGE = (
     "the time the first chunk was returned and now may show up in the list."
 )
 CR_PATCH_TYPES = [patches.JSON_PATCH, patches.MERGE, patches.APPLY]
+# kube-apiserver's MaxRequestBodyBytes (apiserver/pkg/server/config.go): 3 MiB, twice etcd's
+# default request limit because the JSON body is stored in a more compact form (protobuf for
+# built-in types); https://github.com/kubernetes/kubernetes/issues/105863.
+MAX_REQUEST_BODY_BYTES = 3 * 1024 * 1024
 
 
 @dataclass
@@ -83,6 +87,10 @@ def _decode_continue(token: str) -> tuple[str, str]:
 
 
 def _parse_body(request: Request) -> JSON:
+    """The decoded body; one over the body limit is refused here, where the apiserver's
+    handlers read theirs (after authentication, authorization and routing)."""
+    if request.body_limit_exceeded is not None:
+        raise errors.request_entity_too_large(request.body_limit_exceeded)
     content_type = request.headers.get("content-type", "")
     try:
         if "yaml" in content_type:
@@ -112,6 +120,7 @@ class Api:
         self.registry, self.store, self.authn, self.authz = registry, store, authn, authz
         self.faults, self.counters, self.address = faults, counters, address
         self.bookmark_interval_s = 1.0
+        self.max_request_body_bytes = MAX_REQUEST_BODY_BYTES
 
     def handle(self, request: Request) -> Response:
         """Answer one request; every ApiError becomes its `Status` body."""
@@ -390,14 +399,16 @@ class Api:
     def _delete(self, request: Request, rtype: ResourceType, namespace: str, name: str) -> Response:
         """DELETE with optional DeleteOptions (preconditions, dryRun); answers the object
         (ReturnDeletedObject), still present with deletionTimestamp while finalizers remain."""
-        options = _parse_body(request) if request.body else {}
+        options = _parse_body(request)
         preconditions = options.get("preconditions") or {} if isinstance(options, dict) else {}
         dry_run = request.query.get("dryRun") == "All"
         obj = self.store.delete(rtype, namespace, name, preconditions, dry_run)
         return self._object_response(request, rtype, obj)
 
     def _delete_collection(self, request: Request, rtype: ResourceType, target: Route) -> Response:
-        """DELETE on a collection (deletecollection) honours label and field selectors."""
+        """DELETE on a collection (deletecollection) honours label and field selectors; its
+        DeleteOptions body is read (and size-checked) as upstream, but not otherwise used."""
+        _parse_body(request)
         predicate = self._predicate(request, rtype)
         items, _ = self.store.list_objects(rtype, target.namespace or None)
         deleted = []

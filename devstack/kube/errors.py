@@ -38,17 +38,20 @@ class ApiError(Exception):
         return f"{self.code} {self.reason}: {self.message}"
 
     def body(self) -> JSON:
+        """metav1.Status in its field order; `reason` and `details` are omitempty (an error the
+        apiserver does not map, like etcd's, has neither)."""
         status: JSON = {
             "kind": "Status",
             "apiVersion": "v1",
             "metadata": {},
             "status": "Failure",
             "message": self.message,
-            "reason": self.reason,
-            "code": self.code,
         }
+        if self.reason:
+            status["reason"] = self.reason
         if self.details is not None:
             status["details"] = self.details
+        status["code"] = self.code
         return status
 
 
@@ -144,3 +147,18 @@ def internal(message: str) -> ApiError:
     return ApiError(
         500, "InternalError", f"Internal error occurred: {message}", {"causes": [{"message": message}]}
     )
+
+
+def request_entity_too_large(limit: int) -> ApiError:
+    """apimachinery errors.NewRequestEntityTooLargeError, as limitedReadBody
+    (apiserver/pkg/endpoints/handlers/rest.go) answers a body over MaxRequestBodyBytes:
+    `Error from server (RequestEntityTooLarge): Request entity too large: limit is 3145728`
+    (https://github.com/kubernetes/kubernetes/issues/105863)."""
+    return ApiError(413, "RequestEntityTooLarge", f"Request entity too large: limit is {limit}")
+
+
+def etcd_request_too_large() -> ApiError:
+    """etcd's ErrRequestTooLarge, which the apiserver does not map to a Status: ErrorToAPIStatus
+    (apiserver/pkg/endpoints/handlers/responsewriters/status.go) answers 500 with no reason and
+    the error text (https://github.com/kubernetes/kubernetes/issues/74600, .../issues/112152)."""
+    return ApiError(500, "", "etcdserver: request is too large")

@@ -14,6 +14,8 @@ from typing import Any
 from devstack.kube.api import Api, Response
 from devstack.kube.routing import Request
 
+_DISCARD_CHUNK = 64 * 1024
+
 
 class KubeHTTPServer(ThreadingHTTPServer):
     """Handler threads are joined on close; open sockets are shut down to unblock them."""
@@ -64,9 +66,27 @@ class Handler(BaseHTTPRequestHandler):
         """Silence per-request logging (benchmarks)."""
 
     def _request(self) -> Request:
+        """A body over the apiserver's limit is never held: its Content-Length says so up front."""
         length = int(self.headers.get("Content-Length") or 0)
+        headers = dict(self.headers.items())
+        limit = self.server.api.max_request_body_bytes
+        if length > limit:
+            self._discard(length)
+            return Request.parse(self.command, self.path, headers, b"", body_limit_exceeded=limit)
         body = self.rfile.read(length) if length else b""
-        return Request.parse(self.command, self.path, dict(self.headers.items()), body)
+        return Request.parse(self.command, self.path, headers, body)
+
+    def _discard(self, length: int) -> None:
+        """Read and drop `length` body bytes a chunk at a time. Left unread, they would be parsed
+        as the next keep-alive request, or closing on them would reset the connection before the
+        client (which sends its whole body first) reads the 413; kubectl speaks HTTP/2, where the
+        apiserver just resets the stream."""
+        while length > 0:
+            chunk = self.rfile.read(min(length, _DISCARD_CHUNK))
+            if not chunk:
+                self.close_connection = True
+                return
+            length -= len(chunk)
 
     def _serve(self) -> None:
         response = self.server.api.handle(self._request())

@@ -17,12 +17,23 @@ class Request:
     query: dict[str, str]
     headers: dict[str, str]
     body: bytes = b""
+    # The body limit a larger body exceeded: its bytes were discarded unread, and a handler
+    # that reads the body answers 413 (where the apiserver's limitedReadBody would).
+    body_limit_exceeded: int | None = None
 
     @classmethod
-    def parse(cls, method: str, target: str, headers: dict[str, str], body: bytes) -> Request:
+    def parse(
+        cls,
+        method: str,
+        target: str,
+        headers: dict[str, str],
+        body: bytes,
+        body_limit_exceeded: int | None = None,
+    ) -> Request:
         parts = urlsplit(target)
         query = {k: v[0] for k, v in parse_qs(parts.query, keep_blank_values=True).items()}
-        return cls(method, parts.path, query, {k.lower(): v for k, v in headers.items()}, body)
+        lowered = {k.lower(): v for k, v in headers.items()}
+        return cls(method, parts.path, query, lowered, body, body_limit_exceeded)
 
     def flag(self, name: str) -> bool:
         return self.query.get(name, "").lower() in ("true", "1")

@@ -37,6 +37,14 @@ _IMMUTABLE_META = (
     "name",
     "namespace",
 )
+# etcd's default --max-request-bytes (DefaultMaxRequestBytes, etcd server/embed/config.go): a
+# larger write fails with `etcdserver: request is too large`, which kube-apiserver answers as a
+# plain 500 (https://github.com/kubernetes/kubernetes/issues/74600, .../issues/112152). Custom
+# resources are stored as JSON, so a CR body between this and the apiserver's 3 MiB body limit
+# gets past the apiserver and fails here.
+ETCD_MAX_REQUEST_BYTES = 1536 * 1024
+# Go's encoding/json escapes these inside strings (`\u003c`, `\u2028`, ...): the stored bytes grow.
+_GO_ESCAPED = {"<": 5, ">": 5, "&": 5, "\u2028": 3, "\u2029": 3}
 
 
 def now() -> str:
@@ -69,6 +77,19 @@ class WriteOptions:
     dry_run: bool = False
 
 
+def stored_size(obj: JSON) -> int:
+    """Bytes of obj as the apiserver hands a custom resource to etcd: Go encoding/json (compact,
+    UTF-8, HTML-escaped) plus the newline json.Encoder appends (apimachinery
+    runtime/serializer/json/json.go), without metadata.resourceVersion, which etcd3's store
+    clears before writing. Approximations: built-in types are stored as protobuf upstream (a
+    little smaller), and etcd measures its whole raft request, which adds the key and a
+    transaction envelope of a few hundred bytes; only the object is counted here."""
+    meta = {k: v for k, v in obj.get("metadata", {}).items() if k != "resourceVersion"}
+    text = json.dumps({**obj, "metadata": meta}, separators=(",", ":"), ensure_ascii=False)
+    escapes = sum(grow * text.count(char) for char, grow in _GO_ESCAPED.items())
+    return len(text.encode("utf-8", "surrogatepass")) + escapes + 1
+
+
 def _spec_part(obj: JSON) -> JSON:
     return {k: v for k, v in obj.items() if k not in ("metadata", "status", "apiVersion", "kind")}
 
@@ -81,8 +102,9 @@ def _meta(obj: JSON) -> JSON:
 class Store:
     """Objects by resource, one global resourceVersion counter, and watch notification."""
 
-    def __init__(self, history: int = 10000) -> None:
+    def __init__(self, history: int = 10000, max_request_bytes: int = ETCD_MAX_REQUEST_BYTES) -> None:
         self.cond = threading.Condition(threading.RLock())
+        self.max_request_bytes = max_request_bytes  # etcd's --max-request-bytes; tests lower it
         self._objects: dict[Key, dict[Key, JSON]] = {}
         self._rv = 0
         self._history: deque[WatchEvent] = deque(maxlen=history)
@@ -133,6 +155,10 @@ class Store:
     # ------------------------------------------------------------ commits
 
     def _commit(self, key: Key, obj: JSON, event_type: str, prev: JSON | None) -> JSON:
+        """The etcd write: refused before anything changes (no new resourceVersion, no watch
+        event) when the object is over etcd's request limit. A delete sends only the key."""
+        if event_type != "DELETED" and stored_size(obj) > self.max_request_bytes:
+            raise errors.etcd_request_too_large()
         self._rv += 1
         meta = _meta(obj)
         meta["resourceVersion"] = str(self._rv)
