@@ -1,4 +1,5 @@
-"""Engines.pipeline: listings wide, loads bounded by LORAFLOW_LOAD_CONCURRENCY, every task run."""
+"""Engines.pipeline: listings on their own pool (never behind loads), both bounded by
+LORAFLOW_LOAD_CONCURRENCY, every task run."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from collections.abc import Callable
 
 import pytest
 
-from functions.adapters.engines import LISTING_WIDTH, Engines
+from functions.adapters.engines import Engines
 from functions.settings import Settings
 
 
@@ -27,25 +28,30 @@ class InFlight:
             self.now -= 1
 
 
-def test_listings_are_not_bounded_by_the_load_concurrency_but_loads_are() -> None:
-    concurrency, pods = 2, 2 * LISTING_WIDTH
+def test_listings_never_wait_behind_loads_and_both_are_bounded() -> None:
+    concurrency, pods = 2, 6
     engines = Engines(Settings(load_concurrency=concurrency))
-    # every listing waits for all the others: with listings bounded at 2 this would time out
-    all_listing = threading.Barrier(pods, timeout=10)
-    loads, done = InFlight(), []
+    listed, all_listed = [], threading.Event()
+    listings, loads, done = InFlight(), InFlight(), []
 
-    def load(pod: int, n: int) -> None:
+    def load(pod: int) -> None:
         with loads:
-            time.sleep(0.005)
-        done.append((pod, n))
+            # holds its slot until every pod was listed: with one shared pool the listings left
+            # would have no worker, and this would time out
+            assert all_listed.wait(10), "listings were queued behind the loads"
+        done.append(pod)
 
     def observe(pod: int) -> list[Callable[[], None]]:
-        all_listing.wait()
-        return [lambda pod=pod, n=n: load(pod, n) for n in range(3)]
+        with listings:
+            time.sleep(0.002)
+        listed.append(pod)
+        if len(listed) == pods:
+            all_listed.set()
+        return [lambda pod=pod: load(pod)]
 
     engines.pipeline(range(pods), observe)
-    assert sorted(done) == [(p, n) for p in range(pods) for n in range(3)]
-    assert loads.most <= concurrency
+    assert sorted(done) == list(range(pods))
+    assert listings.most <= concurrency and loads.most <= concurrency
 
 
 def test_a_failing_task_is_raised_after_the_others_ran() -> None:
