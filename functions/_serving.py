@@ -173,16 +173,40 @@ def undo_if_deleted(fleet: Fleet, plans: Sequence[Plan]) -> None:
     after our own loads closes the window: if it is now deleting or gone, the sweep we raced
     may have missed our copy, so we remove it ourselves ("not found" counts as done).
     """
-    for plan in plans:
-        if not plan.loaded or plan.wanted is None:
-            continue
-        kind = kind_of(plan.adapter)
-        current = fleet.deps.kube.get(kind, targets.namespace_of(plan.adapter), targets.name_of(plan.adapter))
-        if current is not None and not targets.is_deleting(current):
+    loaded = [plan for plan in plans if plan.loaded and plan.wanted is not None]
+    alive = still_alive(fleet.deps, {identity(plan.adapter) for plan in loaded})
+    for plan in loaded:
+        assert plan.wanted is not None
+        if identity(plan.adapter) in alive:
             continue
         lora = plan.wanted.lora_name
         fleet.deps.engines.fan_out(plan.loaded, lambda ep, name=lora: fleet.deps.engines.unload(ep, name))
         plan.loaded = []
+
+
+Identity = tuple[Kind, str, str]
+
+
+def identity(adapter: Obj) -> Identity:
+    return kind_of(adapter), targets.namespace_of(adapter), targets.name_of(adapter)
+
+
+def still_alive(deps: Deps, adapters: set[Identity]) -> set[Identity]:
+    """Which of `adapters` exist and are not being deleted, read now: one GET for a single
+    adapter, one list per kind and namespace for several (a restart reloads 50 at once)."""
+    groups: dict[tuple[Kind, str], set[str]] = {}
+    for kind, namespace, name in adapters:
+        groups.setdefault((kind, namespace), set()).add(name)
+    alive: set[Identity] = set()
+    for (kind, namespace), names in groups.items():
+        if len(names) == 1:
+            (name,) = names
+            current = deps.kube.get(kind, namespace, name)
+            found = [current] if current is not None else []
+        else:
+            found = [obj for obj in deps.kube.list_all(kind, namespace) if targets.name_of(obj) in names]
+        alive |= {(kind, namespace, targets.name_of(obj)) for obj in found if not targets.is_deleting(obj)}
+    return alive
 
 
 # -- seed 1 ---------------------------------------------------------------------------------------
