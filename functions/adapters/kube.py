@@ -135,7 +135,14 @@ def connect(kubeconfig: str | None) -> KubeApi:
     return KubeApi(load(kubeconfig))
 
 
+TOO_LARGE = "etcdserver: request is too large"
+"""etcd refuses writes above --max-request-bytes (1.5 MiB by default); the API server passes it
+on as a 500 (kubernetes/kubernetes#112152), but no retry can make the object smaller."""
+
+
 def _translate(err: ApiError, verb: str, what: str) -> LoraflowError:
+    if err.status == 500 and TOO_LARGE in err.body:
+        return KubeRefused(f"{verb} {what}: the object would exceed etcd's request limit ({TOO_LARGE})")
     if err.status in (429,) or (err.status or 0) >= 500:
         return KubeUnavailable(f"{verb} {what}: Kubernetes API answered {err.status}")
     return KubeRefused(f"{verb} {what}: Kubernetes API answered {err.status}: {err.body}")

@@ -11,6 +11,7 @@ from typing import Any
 import httpx
 import pytest
 
+from devstack.kube import KubeServer
 from functions.adapters.kube import Kube, KubeApi, KubeRefused
 from functions.adapters.kubeconfig import KubeConfig, StaticToken
 from functions.errors import KubeConflict, KubeUnavailable
@@ -165,3 +166,19 @@ def test_record_event_posts_and_never_raises() -> None:
         raise httpx.ConnectError("down")
 
     kube(down).record_event(obj, "Warning", "Why", "msg", "load", now)
+
+
+def test_an_object_too_large_for_etcd_is_refused_not_retried() -> None:
+    """The stand-in answers as the API server does when etcd refuses the write (500 with etcd's
+    message): a permanent refusal, not KubeUnavailable, and nothing is written."""
+    with KubeServer() as server:
+        server.store.max_request_bytes = 4096
+        api = KubeApi(KubeConfig(server=server.url, credentials=StaticToken(server.admin_token)))
+        pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"}, "spec": {"containers": [{"name": "c", "image": "i"}]}}
+        api.request("POST", "/api/v1/namespaces", body={"metadata": {"name": "ns"}})
+        api.request("POST", "/api/v1/namespaces/ns/pods", body=pod)
+        client = Kube(api)
+        with pytest.raises(KubeRefused, match="etcdserver: request is too large"):
+            client.write_status(POD, "ns", "p", lambda obj: {**obj, "status": {"message": "x" * 8192}})
+        stored = client.get(POD, "ns", "p")
+        assert stored is not None and "message" not in (stored.get("status") or {})
