@@ -51,7 +51,7 @@ lint: $(STAMP) ## ruff + mypy
 	$(VENV)/bin/mypy functions events devstack loraflow
 
 bench: $(STAMP) $(RUNTIME_STAMP) ## Run the benchmark suite, write bench/results/*.json
-	$(PY) -m bench
+	$(PY) -m bench --update-readme
 
 soak: $(STAMP) ## Longer chaos soak (10 minutes)
 	LORAFLOW_SOAK_SECONDS=600 $(PY) -m pytest tests/reliability -k soak -s
