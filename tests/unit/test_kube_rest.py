@@ -174,7 +174,8 @@ def test_an_object_too_large_for_etcd_is_refused_not_retried() -> None:
     with KubeServer() as server:
         server.store.max_request_bytes = 4096
         api = KubeApi(KubeConfig(server=server.url, credentials=StaticToken(server.admin_token)))
-        pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"}, "spec": {"containers": [{"name": "c", "image": "i"}]}}
+        containers = [{"name": "c", "image": "i"}]
+        pod = {"kind": "Pod", "metadata": {"name": "p"}, "spec": {"containers": containers}}
         api.request("POST", "/api/v1/namespaces", body={"metadata": {"name": "ns"}})
         api.request("POST", "/api/v1/namespaces/ns/pods", body=pod)
         client = Kube(api)
