@@ -1,4 +1,6 @@
-"""CloudEvent types loraflow consumes from sources it does not own (Knative, SeaweedFS)."""
+"""CloudEvent types loraflow consumes from sources it does not own (Knative, SeaweedFS).
+
+Models defer_build: a step builds the validators of the events it takes, on first use."""
 
 from __future__ import annotations
 
@@ -17,7 +19,7 @@ AWS_SQS = "dev.knative.eventing.aws-sqs"
 class KubeObject(BaseModel):
     """ApiServerSource (mode Resource) data: the whole object, new state (last state on delete)."""
 
-    model_config = ConfigDict(extra="allow", populate_by_name=True)
+    model_config = ConfigDict(extra="allow", populate_by_name=True, defer_build=True)
 
     api_version: str = Field(alias="apiVersion", min_length=1)
     kind: str = Field(min_length=1)
@@ -27,13 +29,13 @@ class KubeObject(BaseModel):
 class PingData(BaseModel):
     """PingSource data: whatever `spec.data` holds; ours sends `{"resync": true}` or nothing."""
 
-    model_config = ConfigDict(extra="allow")
+    model_config = ConfigDict(extra="allow", defer_build=True)
 
 
 class SeaweedWebhook(BaseModel):
     """SeaweedFS filer webhook body (not a CloudEvent): `{key, event_type, message}`."""
 
-    model_config = ConfigDict(extra="allow")
+    model_config = ConfigDict(extra="allow", defer_build=True)
 
     key: str = Field(min_length=1, max_length=4096)
     event_type: str
