@@ -4,6 +4,8 @@ the adapters their ModelDeployment serves; pods that already have them are left 
 from __future__ import annotations
 
 import json
+import threading
+import time
 from typing import Any
 
 import httpx
@@ -220,3 +222,29 @@ def test_another_failing_pod_does_not_fail_this_reload(world: World) -> None:
     assert reload(world, ns, broken).status_code == 204
     condition = loaded_condition(world, ns, "a1")
     assert (condition["status"], condition["reason"]) == ("True", "Loaded")
+
+
+def test_a_reload_racing_a_deletion_takes_back_only_the_deleted_adapter(world: World) -> None:
+    """Several adapters reloaded into one pod are re-read with one list after the loads: the one
+    deleted meanwhile (unload's sweep ran before our load landed) is taken back, the others stay."""
+    ns = world.namespace()
+    for name in ("keep", "gone"):
+        make_adapter(world, ns, name)
+    deployment(world, ns, "md", 1, ["keep", "gone"])
+    (pod,) = pods(world, ns, "md")
+    world.workload.replica(ns, pod).configure(load_latency_s=1.0)
+
+    answers: list[httpx.Response] = []
+    reloading = threading.Thread(target=lambda: answers.append(reload(world, ns, pod)))
+    reloading.start()
+    time.sleep(0.3)  # both load calls are now waiting in the engine
+    world.custom.delete_namespaced_custom_object(
+        VLLM_ADAPTER.group, VLLM_ADAPTER.version, ns, VLLM_ADAPTER.plural, "gone"
+    )
+    deleting = world.get(VLLM_ADAPTER, ns, "gone")
+    assert deleting is not None and deleting["metadata"].get("deletionTimestamp")
+    assert world.post("unload", world.apiserver_event("update", deleting)).is_success
+    assert world.get(VLLM_ADAPTER, ns, "gone") is None  # finalizer dropped: nothing loaded yet
+    reloading.join(timeout=10)
+    assert answers and answers[0].is_success, answers
+    assert set(loaded(world, ns, pod)) == {"keep"}
