@@ -6,7 +6,7 @@ replicas (engine load latency 0); its config file is uploaded first and the stac
 written to the filer (which queues its notification to the ingest webhook) and stops when
 the adapter is Ready=True and Loaded=True and every replica's engine lists it. In between,
 everything is the real chain: filer webhook -> ingest -> broker -> stat -> verify -> load,
-each step a functions-framework app over HTTP, routed by the knative/ Triggers, with the
+each step a functions-framework process over HTTP, routed by the knative/ Triggers, with the
 ApiServerSource stand-in turning our own status writes into events as in a cluster.
 
 Reference, timed in the same run (broker deliveries dropped meanwhile, so no function
@@ -298,7 +298,9 @@ def run(smoke: bool) -> Result:
     repeats = 1 if smoke else 7
     concurrency = Settings.from_env().load_concurrency
     results: dict[int, dict[str, Any]] = {}
-    with Stack(ping_period=None) as stack:
+    # the functions in their own processes, as in a cluster: in this one they would share one
+    # interpreter (and its lock) with each other, the broker and every stand-in
+    with Stack(ping_period=None, function_processes=True) as stack:
         for replicas in sizes:
             results[replicas] = _size(stack, replicas, repeats, concurrency)
             # the deployment was deleted: let its replicas go before the next size (best effort)

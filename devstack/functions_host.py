@@ -1,16 +1,27 @@
-"""Serve loraflow's functions through functions-framework over real HTTP, in this process.
+"""Serve loraflow's functions through functions-framework over real HTTP.
 
-Each function gets its own werkzeug server on 127.0.0.1 (an ephemeral port), built by
-`functions_framework.create_app` from `main.py` exactly as `functions-framework --target`
-builds it in the container, so requests go through the same Flask app as in production.
+`FunctionHost`: in this process, each function on its own werkzeug server on 127.0.0.1 (an
+ephemeral port), built by `functions_framework.create_app` from `main.py` exactly as
+`functions-framework --target` builds it in the container, so requests go through the same
+Flask app as in production. `ProcessFunctionHost`: each function in its own
+`functions-framework` process (gunicorn, as the container runs it), so the functions share no
+interpreter with each other or the stand-ins, as each Knative Service's pods in a cluster.
 """
 
 from __future__ import annotations
 
+import os
+import signal
+import socket
+import subprocess
+import sys
 import threading
+import time
 from pathlib import Path
+from typing import IO
 
 import functions_framework
+import httpx
 from werkzeug.serving import BaseWSGIServer, make_server
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -43,3 +54,76 @@ class FunctionHost:
             server.server_close()
             thread.join(timeout=5)
         self._servers.clear()
+
+
+class ProcessFunctionHost:
+    """The same interface as FunctionHost; the functions read their configuration from this
+    process's environment at start (as a container does), and log to `log_dir` if given."""
+
+    def __init__(
+        self, names: tuple[str, ...] = FUNCTIONS, host: str = "127.0.0.1", log_dir: Path | None = None
+    ) -> None:
+        self.names = names
+        self.host = host
+        self.log_dir = log_dir
+        self.urls: dict[str, str] = {}
+        self._processes: list[subprocess.Popen[bytes]] = []
+        self._logs: list[IO[bytes]] = []
+
+    def start(self, timeout: float = 60.0) -> ProcessFunctionHost:
+        for name in self.names:
+            port = _free_port(self.host)
+            command = [sys.executable, "-m", "functions_framework", "--target", name]
+            command += ["--source", str(SOURCE), "--signature-type", "http"]
+            command += ["--host", self.host, "--port", str(port)]
+            out = self._log(name)
+            self._processes.append(
+                subprocess.Popen(command, cwd=ROOT, env=dict(os.environ), stdout=out, stderr=out)
+            )
+            self.urls[name] = f"http://{self.host}:{port}/"
+        deadline = time.monotonic() + timeout
+        with httpx.Client(timeout=5) as http:
+            for name, url in self.urls.items():
+                _await_health(http, name, url + "healthz", deadline)
+        return self
+
+    def _log(self, name: str) -> IO[bytes] | int:
+        if self.log_dir is None:
+            return subprocess.DEVNULL
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        handle = (self.log_dir / f"{name}.log").open("ab")
+        self._logs.append(handle)
+        return handle
+
+    def stop(self) -> None:
+        for process in self._processes:
+            process.send_signal(signal.SIGINT)  # gunicorn: quick shutdown (SIGTERM is graceful)
+        for process in self._processes:
+            try:
+                process.wait(10)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait(5)
+        for handle in self._logs:
+            handle.close()
+        self._processes.clear()
+        self._logs.clear()
+
+
+def _free_port(host: str) -> int:
+    with socket.socket() as probe:
+        probe.bind((host, 0))
+        port: int = probe.getsockname()[1]
+        return port
+
+
+def _await_health(http: httpx.Client, name: str, url: str, deadline: float) -> None:
+    while True:
+        try:
+            if http.get(url).status_code == 200:
+                return
+        except httpx.TransportError:
+            pass
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"function {name} did not answer {url} in time")
+        time.sleep(0.02)

@@ -32,7 +32,7 @@ from kubernetes import client, config
 from devstack.apiserversource import ApiServerSource
 from devstack.broker import Broker, BrokerClient, Faults
 from devstack.filer import FilerServer
-from devstack.functions_host import FunctionHost
+from devstack.functions_host import FunctionHost, ProcessFunctionHost
 from devstack.kube import KubeServer
 from devstack.pingsource import PingSource
 from devstack.sink import EventSink
@@ -62,7 +62,11 @@ def service_account_user(manifest: Mapping[str, Any], default_namespace: str) ->
 
 
 class Stack:
-    """Compose, start and stop every part; `start()` returns once each part answers."""
+    """Compose, start and stop every part; `start()` returns once each part answers.
+
+    `function_processes`: each function in its own functions-framework process, as each
+    Knative Service in a cluster (slower to start; what latency measurements want), instead
+    of in this process."""
 
     def __init__(
         self,
@@ -76,6 +80,7 @@ class Stack:
         manifests: Sequence[Mapping[str, Any]] | None = None,
         knative_dir: Path = KNATIVE_DIR,
         function_env: Mapping[str, str] | None = None,
+        function_processes: bool = False,
     ) -> None:
         self._own_dir = data_dir is None
         self.base = (
@@ -90,6 +95,7 @@ class Stack:
         self.knative_dir = knative_dir
         self.manifests = [dict(m) for m in manifests] if manifests is not None else render(knative_dir)
         self.function_env = dict(function_env or {})
+        self.function_processes = function_processes
         self.webhook_token = secrets.token_hex(16)
         self._stoppers: list[tuple[int, Callable[[], None]]] = []
         self._saved_env: dict[str, str | None] = {}
@@ -184,7 +190,11 @@ class Stack:
         )
         self._on_stop(self.broker.stop, tier=1)
         self._set_env(self._function_env())
-        self.functions = FunctionHost().start()
+        self.functions: FunctionHost | ProcessFunctionHost = (
+            ProcessFunctionHost(log_dir=self.base / "functions").start()
+            if self.function_processes
+            else FunctionHost().start()
+        )
         self._on_stop(self.functions.stop, tier=1)
         self.broker.start()
 
