@@ -4,8 +4,9 @@ Embedded stack (devstack.stack.Stack): one ModelDeployment of 2 replicas serving
 each uploaded, verified and loaded through the real chain first. Then, per step (stat,
 load), a burst of N `io.loraflow.adapter.drifted.v1` nudges (extension loraflowstep=<step>,
 round robin over the adapters) is published into the broker, which routes them by the
-knative/ Triggers to that step's one functions-framework instance (werkzeug, threaded; the
-broker delivers with up to 32 workers). Every nudge makes the function do its whole job:
+knative/ Triggers to that step's one functions-framework instance (its own process, as the
+container runs it: gunicorn, one worker of 4 threads per CPU; the broker delivers with
+up to 32 workers). Every nudge makes the function do its whole job:
 stat re-reads the adapter and lists its directory (no change: 204), load re-reads the
 adapter, lists deployments and pods and asks each engine for its listing (all present: 204,
 status unchanged, nothing written).
@@ -150,7 +151,7 @@ def run(smoke: bool) -> Result:
     sequential = 5 if smoke else 40
     steps = ("stat", "load")
     results: dict[str, dict[str, Any]] = {}
-    with Stack(ping_period=None) as stack:
+    with Stack(ping_period=None, function_processes=True) as stack:
         _setup(stack, adapters, replicas=2)
         for step in steps:
             _burst(stack, step, adapters, max(10, count // 10))  # warm-up
