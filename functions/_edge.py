@@ -22,7 +22,7 @@ import time
 from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from functools import cache
+from functools import cache, partial
 from typing import Any, TypeVar
 from uuid import uuid4
 
@@ -73,6 +73,17 @@ class Deps:
         from functions.adapters.storage import build_storage
 
         return self._once("storage", lambda: build_storage(self.settings))
+
+    @property
+    def configs(self) -> Any:
+        """adapter_config.json contents, cached by content for the process's life."""
+        from functions.adapters.storage import ContentCache
+        from functions.logic.adapter_config import CONFIG_MAX_BYTES
+
+        def build() -> Any:
+            return ContentCache(partial(self.storage.read_small, max_bytes=CONFIG_MAX_BYTES))
+
+        return self._once("configs", build)
 
     @property
     def engines(self) -> Any:

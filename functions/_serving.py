@@ -63,19 +63,18 @@ class Fleet:
             self._listings[ep.url] = self.deps.engines.listing(ep)
         return self._listings[ep.url]
 
-    def config(self, path: str) -> bytes | None:
-        """`adapter_config.json` at `path`, read once per invocation."""
+    def config(self, adapter: Obj) -> bytes | None:
+        """The adapter's `adapter_config.json`: once per invocation, and from the process's
+        content cache when stat recorded its MD5 (`Deps.configs`)."""
+        path = targets.config_path(adapter)
         if path not in self._configs:
-            self._configs[path] = self.deps.storage.read_small(path, adapter_config.CONFIG_MAX_BYTES)
+            self._configs[path] = self.deps.configs.get(path, targets.config_md5(adapter))
         return self._configs[path]
 
     def prefetch_configs(self, adapters: Sequence[Obj]) -> None:
         """Read the configs of many adapters concurrently (bounded) instead of one after another."""
-        paths = list(dict.fromkeys(targets.config_path(a) for a in adapters))
-        todo = [p for p in paths if p not in self._configs]
-        read = partial(self.deps.storage.read_small, max_bytes=adapter_config.CONFIG_MAX_BYTES)
-        for path, content in self.deps.engines.fan_out(todo, read):
-            self._configs[path] = content
+        todo = {targets.config_path(a): a for a in adapters if targets.config_path(a) not in self._configs}
+        self.deps.engines.fan_out(list(todo.values()), self.config)  # each call stores its config
 
     def note_loaded(self, ep: Endpoint, lora_name: str, path: str) -> None:
         listing = self._listings.get(ep.url)
@@ -230,7 +229,7 @@ def plan_v1(
             plans.append(Plan(adapter, md_name, None, loading.R_MODEL_MISMATCH, message))
             continue
         if not config:
-            config.append(fleet.config(targets.config_path(adapter)))
+            config.append(fleet.config(adapter))
         verdict = adapter_config.check(config[0], targets.max_rank(md, deps.settings.max_lora_rank))
         if not verdict.ok:
             plans.append(Plan(adapter, md_name, None, verdict.reason, verdict.message))

@@ -114,6 +114,14 @@ def config_path(adapter: Mapping[str, Any]) -> str:
     return posixpath.join(storage_dir(adapter), "adapter_config.json")
 
 
+def config_md5(adapter: Mapping[str, Any]) -> str | None:
+    """The MD5 stat observed for the adapter's config (status.integrity.files), if any."""
+    files = ((adapter.get("status") or {}).get("integrity") or {}).get("files") or {}
+    observed = files.get(config_path(adapter)) if isinstance(files, Mapping) else None
+    md5 = observed.get("md5") if isinstance(observed, Mapping) else None
+    return md5 if isinstance(md5, str) and md5 else None
+
+
 def wanted_v1(adapter: Mapping[str, Any], mount_root: str) -> Wanted:
     name = name_of(adapter)
     return Wanted(namespace_of(adapter), name, name, engine_path(mount_root, storage_dir(adapter)))
