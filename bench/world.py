@@ -80,26 +80,31 @@ class World(Testbed):
     def adapter_dir(self, namespace: str, name: str) -> str:
         return f"/loraadapters/{namespace}/{MODEL}/{name}/"
 
-    def put_files(self, namespace: str, name: str, rank: int = 16) -> dict[str, str]:
-        """The two files of an adapter, through the filer's Python API (no HTTP, no notification);
-        returns their MD5s by path (what `spec.integrity.md5` declares)."""
+    def adapter_files(self, namespace: str, name: str, rank: int = 16) -> dict[str, bytes]:
+        """The two files of an adapter, by path."""
         base = self.adapter_dir(namespace, name)
-        files = {
+        return {
             base + "adapter_config.json": json.dumps({"peft_type": "LORA", "r": rank}).encode(),
             base + "adapter_model.safetensors": b"weights",
         }
+
+    def put_files(self, namespace: str, name: str, rank: int = 16) -> dict[str, str]:
+        """The two files of an adapter, through the filer's Python API (no HTTP, no notification);
+        returns their MD5s by path (what `spec.integrity.md5` declares)."""
+        files = self.adapter_files(namespace, name, rank)
         for path, content in files.items():
             self.filer.put_file(path, content)
-        return {
-            path: hashlib.md5(content, usedforsecurity=False).hexdigest() for path, content in files.items()
-        }
+        return {path: _md5(content) for path, content in files.items()}
 
     def spec(self, md5s: dict[str, str]) -> dict[str, Any]:
         return {"model": MODEL, "integrity": {"md5": md5s}}
 
     def ready_adapter(self, namespace: str, name: str) -> None:
-        """A seed-1 adapter whose files are in storage and verified (Ready=True), not yet loaded."""
-        self.put_files(namespace, name)
+        """A seed-1 adapter whose files are in storage and verified (Ready=True), not yet loaded:
+        its status as stat and verify leave it (the files' sizes and MD5s included)."""
+        files = self.adapter_files(namespace, name)
+        for path, content in files.items():
+            self.filer.put_file(path, content)
         self.create(VLLM_ADAPTER, namespace, {"metadata": {"name": name}, "spec": {"model": MODEL}})
         self.patch_status(
             VLLM_ADAPTER,
@@ -109,10 +114,19 @@ class World(Testbed):
                 "observedGeneration": 1,
                 "conditions": [ready_condition()],
                 "storageRef": {"path": self.adapter_dir(namespace, name)},
+                "integrity": {
+                    "files": {
+                        path: {"md5": _md5(content), "size": len(content)} for path, content in files.items()
+                    }
+                },
             },
         )
 
     # -- events ----------------------------------------------------------------------------------
+
+
+def _md5(content: bytes) -> str:
+    return hashlib.md5(content, usedforsecurity=False).hexdigest()
 
 
 # The testbed's event builders, as module functions for the benchmarks' brevity.
