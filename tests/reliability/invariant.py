@@ -218,7 +218,7 @@ def check_engines_v1(deps: Deps, fleet: Fleet, world: World) -> list[Violation]:
         adapters = by_ns.get(namespace, {})
         desired = targets.desired_v1(md, adapters, mount)
         for lora in list(desired):
-            raw = fleet.config(targets.config_path(adapters[lora]))
+            raw = fleet.config(adapters[lora])
             if not adapter_config.check(raw, targets.max_rank(md, deps.settings.max_lora_rank)).ok:
                 del desired[lora]  # refused before any engine call: must not be loaded
         endpoints = fleet.endpoints(MODEL_DEPLOYMENT, namespace, md_name)
