@@ -22,6 +22,7 @@ import httpx
 from cloudevents.conversion import to_binary
 from cloudevents.http import CloudEvent, from_http
 
+from devstack.functions_host import free_port, launch
 from devstack.testbed import Testbed, environment, testbed
 from functions.resources.kinds import MODEL as MODEL_KIND
 from functions.resources.kinds import MODEL_DEPLOYMENT, MODEL_DEPLOYMENT_LABEL, VLLM_ADAPTER, Kind
@@ -202,14 +203,6 @@ def route(world: World, first: CloudEvent, function: str | None = None) -> list[
     return delivered
 
 
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 def spawn(
     target: str,
     source: Path,
@@ -219,19 +212,7 @@ def spawn(
 ) -> Any:
     """`functions-framework --target <target>` in its own process (as in the container), run by
     `python` (default: this interpreter)."""
-    import subprocess
-    import sys
-
-    command = [python or sys.executable, "-m", "functions_framework", "--target", target]
-    command += ["--source", str(source)]
-    command += ["--host", "127.0.0.1", "--port", str(port), "--signature-type", "http"]
-    return subprocess.Popen(
-        command,
-        cwd=str(ROOT),
-        env={**os.environ, **(extra_env or {})},
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
+    return launch(target, source, port, python=python, env={**os.environ, **(extra_env or {})})
 
 
 @contextlib.contextmanager

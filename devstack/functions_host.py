@@ -72,14 +72,8 @@ class ProcessFunctionHost:
 
     def start(self, timeout: float = 60.0) -> ProcessFunctionHost:
         for name in self.names:
-            port = _free_port(self.host)
-            command = [sys.executable, "-m", "functions_framework", "--target", name]
-            command += ["--source", str(SOURCE), "--signature-type", "http"]
-            command += ["--host", self.host, "--port", str(port)]
-            out = self._log(name)
-            self._processes.append(
-                subprocess.Popen(command, cwd=ROOT, env=dict(os.environ), stdout=out, stderr=out)
-            )
+            port = free_port(self.host)
+            self._processes.append(launch(name, SOURCE, port, self.host, out=self._log(name)))
             self.urls[name] = f"http://{self.host}:{port}/"
         deadline = time.monotonic() + timeout
         with httpx.Client(timeout=5) as http:
@@ -110,7 +104,23 @@ class ProcessFunctionHost:
         self._logs.clear()
 
 
-def _free_port(host: str) -> int:
+def launch(
+    target: str,
+    source: Path,
+    port: int,
+    host: str = "127.0.0.1",
+    python: str | None = None,
+    env: dict[str, str] | None = None,
+    out: IO[bytes] | int = subprocess.DEVNULL,
+) -> subprocess.Popen[bytes]:
+    """`functions-framework --target <target>` in its own process, as the container runs it
+    (run by `python`, default this interpreter; this process's environment, else `env`)."""
+    command = [python or sys.executable, "-m", "functions_framework", "--target", target]
+    command += ["--source", str(source), "--signature-type", "http", "--host", host, "--port", str(port)]
+    return subprocess.Popen(command, cwd=ROOT, env=env or dict(os.environ), stdout=out, stderr=out)
+
+
+def free_port(host: str = "127.0.0.1") -> int:
     with socket.socket() as probe:
         probe.bind((host, 0))
         port: int = probe.getsockname()[1]
