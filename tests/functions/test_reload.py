@@ -12,7 +12,7 @@ import httpx
 from cloudevents.http import from_http
 
 from events.domain import ADAPTER_READY, POD_RELOADED
-from functions.resources.kinds import MODEL_DEPLOYMENT, MODEL_DEPLOYMENT_LABEL, VLLM_ADAPTER
+from functions.resources.kinds import MODEL_DEPLOYMENT, MODEL_DEPLOYMENT_LABEL, VLLM_ADAPTER, Kind
 from tests.functions.conftest import World
 
 
@@ -41,6 +41,16 @@ def deployment(world: World, ns: str, name: str, replicas: int, adapters: list[s
 
 def pods(world: World, ns: str, md: str) -> list[str]:
     return sorted(p["metadata"]["name"] for p in world.workload.pods(ns, f"{MODEL_DEPLOYMENT_LABEL}={md}"))
+
+
+def delete_before_the_load_lands(world: World, kind: Kind, ns: str, name: str) -> None:
+    """Delete while our load call waits in the engine: unload's sweep finds nothing loaded yet
+    and drops the finalizer, so the adapter is gone before the load lands."""
+    world.custom.delete_namespaced_custom_object(kind.group, kind.version, ns, kind.plural, name)
+    deleting = world.get(kind, ns, name)
+    assert deleting is not None and deleting["metadata"].get("deletionTimestamp")
+    assert world.post("unload", world.apiserver_event("update", deleting)).is_success
+    assert world.get(kind, ns, name) is None  # finalizer dropped: nothing was loaded yet
 
 
 def pod_object(world: World, ns: str, pod: str) -> dict[str, Any]:
@@ -238,13 +248,7 @@ def test_a_reload_racing_a_deletion_takes_back_only_the_deleted_adapter(world: W
     reloading = threading.Thread(target=lambda: answers.append(reload(world, ns, pod)))
     reloading.start()
     time.sleep(0.3)  # both load calls are now waiting in the engine
-    world.custom.delete_namespaced_custom_object(
-        VLLM_ADAPTER.group, VLLM_ADAPTER.version, ns, VLLM_ADAPTER.plural, "gone"
-    )
-    deleting = world.get(VLLM_ADAPTER, ns, "gone")
-    assert deleting is not None and deleting["metadata"].get("deletionTimestamp")
-    assert world.post("unload", world.apiserver_event("update", deleting)).is_success
-    assert world.get(VLLM_ADAPTER, ns, "gone") is None  # finalizer dropped: nothing loaded yet
+    delete_before_the_load_lands(world, VLLM_ADAPTER, ns, "gone")
     reloading.join(timeout=10)
     assert answers and answers[0].is_success, answers
     assert set(loaded(world, ns, pod)) == {"keep"}

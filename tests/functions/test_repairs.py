@@ -23,6 +23,7 @@ from functions.resources.kinds import MODEL_DEPLOYMENT, MODEL_DEPLOYMENT_LABEL, 
 from tests.functions.conftest import World
 from tests.functions.test_load_sglang import adapter, admit, admitted, files, isvc, pods
 from tests.functions.test_load_vllm import loaded_condition, make_adapter
+from tests.functions.test_reload import delete_before_the_load_lands, deployment
 from tests.functions.test_seed1_path import CONFIG, WEIGHTS, Flow, setup_adapter, status_of
 
 
@@ -60,12 +61,7 @@ def test_an_adapter_that_fails_after_being_ready_leaves_every_engine(world: Worl
     the engines must stop serving the old weights; Loaded must say so."""
     ns = world.namespace()
     make_adapter(world, ns, "a1")
-    world.create(
-        MODEL_DEPLOYMENT,
-        ns,
-        {"metadata": {"name": "d1"}, "spec": {"model": "m1", "replicas": 2, "loraAdapters": ["a1"]}},
-    )
-    world.workload.sync()
+    deployment(world, ns, "d1", 2, ["a1"])
     assert world.post(
         "load", world.event(ADAPTER_READY, world.adapter_data(VLLM_ADAPTER, ns, "a1"))
     ).is_success
@@ -143,13 +139,7 @@ def test_a_load_that_lands_after_the_deletion_sweep_is_taken_back(world: World) 
     loading = threading.Thread(target=lambda: answers.append(world.post("load", admitted(world, ns, "s1"))))
     loading.start()
     time.sleep(0.3)  # the load call is now waiting in the engine
-    world.custom.delete_namespaced_custom_object(
-        SGLANG_ADAPTER.group, SGLANG_ADAPTER.version, ns, SGLANG_ADAPTER.plural, "s1"
-    )
-    deleting = world.get(SGLANG_ADAPTER, ns, "s1")
-    assert deleting is not None and deleting["metadata"].get("deletionTimestamp")
-    assert world.post("unload", world.apiserver_event("update", deleting)).is_success
-    assert world.get(SGLANG_ADAPTER, ns, "s1") is None  # finalizer dropped: nothing was loaded yet
+    delete_before_the_load_lands(world, SGLANG_ADAPTER, ns, "s1")
     loading.join(timeout=10)
     assert answers and answers[0].is_success, answers
     assert "s1-v1" not in replica.loaded
