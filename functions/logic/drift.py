@@ -178,8 +178,9 @@ def _adapter_v1(adapter: Obj, mds: list[Obj], snapshot: Snapshot, add: Any) -> N
             add(adapter, "stat", "admitted but not Ready: files may have arrived unnoticed")
         return
     loaded = _conditions(adapter).get("Loaded")
-    if not mds and loaded is not None and loaded.get("reason") != "NotReferenced":
-        add(adapter, "load", "Loaded is stale: no ModelDeployment names it")
+    if not mds and (loaded or {}).get("reason") != "NotReferenced":
+        # stale, or never written: the adapter.ready delivery that would have said so was lost
+        add(adapter, "load", "Loaded is stale or missing: no ModelDeployment names it")
         return
     serving = [md for md in mds if targets.serves_v1(md, adapter)]
     pods = {

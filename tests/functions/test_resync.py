@@ -173,6 +173,7 @@ def drifted_world(world: World) -> tuple[str, dict[str, Any]]:
 
 EXPECTED = [
     (V1, "deleting", "unload"),
+    (V1, "extra", "load"),
     (V1, "extra", "unload"),
     (V1, "missing", "load"),
     (V1, "never", "admit"),
@@ -196,6 +197,7 @@ def test_one_nudge_per_drift_and_none_for_adapters_in_sync(world: World) -> None
     assert why[("stale", "load")] == "usedBy is stale (should be ['d1'])"
     assert why[("deleting", "unload")] == "deleting and still carrying our finalizer"
     assert why[("extra", "unload")] == "loaded in d1 which should not serve it"
+    assert why[("extra", "load")] == "Loaded is stale or missing: no ModelDeployment names it"
 
 
 def test_nudges_repair_the_drift(world: World) -> None:

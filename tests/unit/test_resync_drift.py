@@ -198,6 +198,9 @@ FULL = {("ns", "d1"): {"p0": {"a1": ROOT}, "p1": {"a1": ROOT}}}
             Snapshot(v1=[a1(used=[], loaded="True")]), [("a1", "load")], id="unreferenced-loaded-stale"
         ),
         pytest.param(
+            Snapshot(v1=[a1(used=[], loaded=None)]), [("a1", "load")], id="unreferenced-loaded-missing"
+        ),
+        pytest.param(
             Snapshot(deployments=[d1()], md_pods={("ns", "d1"): {"p0": {"a1": ROOT}}}),
             [("a1", "unload")],
             id="orphan-left-after-deletion",
