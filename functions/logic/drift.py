@@ -12,7 +12,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from functions.logic import targets
+from functions.logic import loading, targets
 from functions.logic.adapter_config import VERDICT_REASONS
 from functions.logic.paths import is_subdomain
 
@@ -70,6 +70,11 @@ def _loaded_stale(adapter: Obj, lacking: list[str], pods: int) -> str | None:
         return f"missing in Ready pod(s) {', '.join(lacking[:5])}"
     if pods and loaded.get("status") != "True":
         return "Loaded is not True although every Ready pod has it"
+    stated = loading.counted(str(loaded.get("message") or ""))
+    if stated is not None and stated != pods:
+        # a scale-down: the pods went away after the last load counted them, and no step
+        # answers a Pod's deletion
+        return f"Loaded counts {stated} Ready pod(s), there are {pods}"
     return None
 
 

@@ -7,6 +7,7 @@ serve the adapter has it, and never with zero pods.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -31,6 +32,7 @@ R_NOT_READY = "AdapterNotReady"
 R_RUNTIME_MISMATCH = "RuntimeMismatch"
 R_TARGET_NOT_FOUND = "InferenceServiceNotFound"
 R_UNLOADED = "Unloaded"
+_LOADED_IN = re.compile(r"loaded in (\d+) Ready pod\(s\)")
 R_UNLOAD_FAILED = "UnloadFailed"
 R_NO_ERROR = "NoError"
 NOT_LOADED = "NotLoaded"  # pod result: observed without loading, the pod lacks it
@@ -100,6 +102,17 @@ def _count(target: TargetResult) -> str:
     return f"{target.target} {good}/{len(target.pods)}"
 
 
+def loaded_in(pods: int) -> str:
+    """How a True Loaded condition's message starts (both seeds); `counted` reads it back."""
+    return f"loaded in {pods} Ready pod(s)"
+
+
+def counted(message: str) -> int | None:
+    """The number of Ready pods a True Loaded message states, if it states one."""
+    found = _LOADED_IN.match(message)
+    return int(found.group(1)) if found else None
+
+
 def summarize_v1(targets: Sequence[TargetResult]) -> tuple[ConditionStatus, str, str]:
     """(status, reason, message) of seed 1's Loaded condition over its referencing deployments."""
     if not targets:
@@ -121,7 +134,7 @@ def summarize_v1(targets: Sequence[TargetResult]) -> tuple[ConditionStatus, str,
     counts = ", ".join(_count(t) for t in attempted)
     if pods == 0:
         return "False", R_NO_READY, f"no Ready pod in {counts}" + notes
-    return "True", R_LOADED, f"loaded in {pods} Ready pod(s): {counts}" + notes
+    return "True", R_LOADED, f"{loaded_in(pods)}: {counts}" + notes
 
 
 def summarize_v2(target: TargetResult) -> tuple[ConditionStatus, str, str, str, str]:
@@ -139,7 +152,7 @@ def summarize_v2(target: TargetResult) -> tuple[ConditionStatus, str, str, str, 
     return (
         "True",
         R_LOADED,
-        f"loaded in {len(target.pods)} Ready pod(s) of {target.target}",
+        f"{loaded_in(len(target.pods))} of {target.target}",
         R_NO_ERROR,
         "no error",
     )

@@ -68,6 +68,7 @@ def v2_unavailable(reason: str) -> dict[str, Any]:
 
 
 FULL = {("ns", "d1"): {"p0": {"a1": ROOT}, "p1": {"a1": ROOT}}}
+LOADED_IN_3 = {**cond("Loaded"), "reason": "Loaded", "message": "loaded in 3 Ready pod(s) of ns/svc"}
 
 
 @pytest.mark.parametrize(
@@ -199,6 +200,24 @@ FULL = {("ns", "d1"): {"p0": {"a1": ROOT}, "p1": {"a1": ROOT}}}
         ),
         pytest.param(
             Snapshot(v1=[a1(used=[], loaded=None)]), [("a1", "load")], id="unreferenced-loaded-missing"
+        ),
+        pytest.param(
+            Snapshot(
+                v2=[{**s1(), "status": {"conditions": [cond("Available"), LOADED_IN_3]}}],
+                services=[SVC],
+                isvc_pods={("ns", "svc"): {"p0": {"x": "/p/x"}, "p1": {"x": "/p/x"}}},
+            ),
+            [("s1", "load")],
+            id="v2-loaded-counts-pods-scaled-away",
+        ),
+        pytest.param(
+            Snapshot(
+                v1=[a1(status={"conditions": [cond("Ready", reason="IntegrityVerified"), LOADED_IN_3]})],
+                deployments=[d1()],
+                md_pods=FULL,
+            ),
+            [("a1", "load")],
+            id="loaded-counts-pods-scaled-away",
         ),
         pytest.param(
             Snapshot(deployments=[d1()], md_pods={("ns", "d1"): {"p0": {"a1": ROOT}}}),
