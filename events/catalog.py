@@ -11,9 +11,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, TypeAdapter
-
 from events import domain, external
+from events.json_schema import json_schema
+from events.records import Record
 
 HERE = Path(__file__).parent
 SCHEMAS = HERE / "schemas"
@@ -25,7 +25,7 @@ Direction = Literal["emitted", "consumed"]
 @dataclass(frozen=True)
 class EventType:
     type: str
-    payload: builtins.type[BaseModel]
+    payload: builtins.type[Record]
     direction: Direction
     emitted_by: str
     summary: str
@@ -36,8 +36,7 @@ class EventType:
         return self.type.replace(".", "_").replace("-", "_")
 
     def schema(self) -> dict[str, object]:
-        schema = TypeAdapter(self.payload).json_schema(by_alias=True)
-        return {"$id": f"{self.type}.json", "title": self.type, **schema}
+        return {"$id": f"{self.type}.json", **json_schema(self.payload)}
 
 
 CATALOG: tuple[EventType, ...] = (

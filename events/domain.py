@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from events.records import Record, field
 
 PREFIX = "io.loraflow"
 
@@ -30,39 +30,41 @@ NAME_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)
 LABEL_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
 
 
-class Payload(BaseModel):
-    # defer_build: validators are built on first use, so a process pays only for its events.
-    model_config = ConfigDict(frozen=True, extra="forbid", populate_by_name=True, defer_build=True)
+class Payload(Record):
+    """Immutable; an unknown key is an error (a typo must not pass as an optional field)."""
+
+    frozen = True
+    extra = "forbid"
 
 
 class AdapterRef(Payload):
     """Which LoRAAdapter an event is about; the handler re-reads it (the event is a nudge)."""
 
-    api_version: Literal["rackai.rackspace.com/v1alpha1", "inference.rackai.rackspace.com/v1alpha1"] = Field(
+    api_version: Literal["rackai.rackspace.com/v1alpha1", "inference.rackai.rackspace.com/v1alpha1"] = field(
         alias="apiVersion"
     )
-    namespace: str = Field(pattern=LABEL_PATTERN, max_length=63)
-    name: str = Field(pattern=NAME_PATTERN, max_length=253)
+    namespace: str = field(pattern=LABEL_PATTERN, max_length=63)
+    name: str = field(pattern=NAME_PATTERN, max_length=253)
 
 
 class FileChanged(Payload):
     """A file under /loraadapters/ was created, updated, deleted or renamed in storage."""
 
-    path: str = Field(pattern=r"^/loraadapters/", max_length=4096)
-    event_type: Literal["create", "update", "delete", "rename"] = Field(alias="eventType")
-    new_path: str | None = Field(default=None, alias="newPath", max_length=4096)
-    size: int | None = Field(default=None, ge=0)
-    md5: str | None = Field(default=None, pattern=r"^[0-9a-f]{32}$")
+    path: str = field(pattern=r"^/loraadapters/", max_length=4096)
+    event_type: Literal["create", "update", "delete", "rename"] = field(alias="eventType")
+    new_path: str | None = field(default=None, alias="newPath", max_length=4096)
+    size: int | None = field(default=None, ge=0)
+    md5: str | None = field(default=None, pattern=r"^[0-9a-f]{32}$")
 
 
 class AdapterAdmitted(Payload):
     adapter: AdapterRef
-    generation: int = Field(ge=0)
+    generation: int = field(ge=0)
 
 
 class AdapterStatCompleted(Payload):
     adapter: AdapterRef
-    files: int = Field(ge=0)
+    files: int = field(ge=0)
     size: str
 
 
@@ -85,7 +87,7 @@ class PodFailure(Payload):
 class AdapterLoaded(Payload):
     adapter: AdapterRef
     pods: list[str]
-    failed: list[PodFailure] = Field(default_factory=list)
+    failed: list[PodFailure] = field(default_factory=list)
 
 
 class AdapterUnloaded(Payload):
@@ -98,7 +100,7 @@ class PodReloaded(Payload):
     namespace: str
     pod: str
     adapters: list[str]
-    failed: list[PodFailure] = Field(default_factory=list)
+    failed: list[PodFailure] = field(default_factory=list)
 
 
 class AdapterDrifted(Payload):

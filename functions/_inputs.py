@@ -46,7 +46,7 @@ def kube_object(event: CloudEvent) -> dict[str, Any]:
         raise Reject("object metadata must carry a string name and namespace")
     check_label(namespace, "namespace")
     check_subdomain(name, "name")
-    return obj.model_dump(by_alias=True)
+    return obj.to_json()
 
 
 def is_deleted(event: CloudEvent) -> bool:

@@ -302,7 +302,7 @@ def warn(deps: Deps, obj: Obj, reason: str, message: str, component: str) -> Non
 
 
 def ref_of(adapter: Obj) -> AdapterRef:
-    return AdapterRef.model_validate(
+    return AdapterRef.parse(
         {
             "apiVersion": adapter.get("apiVersion"),
             "namespace": targets.namespace_of(adapter),

@@ -27,10 +27,10 @@ from datetime import datetime
 from typing import Any
 
 from cloudevents.http import CloudEvent
-from pydantic import ValidationError
 
 from events.domain import ADAPTER_ADMITTED, ADAPTER_DRIFTED, AdapterAdmitted, AdapterRef
 from events.external import API_ADD, API_UPDATE
+from events.records import Invalid
 from functions import _edge
 from functions._inputs import adapter_ref, kube_object
 from functions.errors import Reject
@@ -119,14 +119,12 @@ def decide_rackai(adapter: LoRAAdapter, model_exists: bool, now: datetime) -> Lo
             now,
         )
     phase_, ready = phase.summarize(conds, bool(status.files))
-    return status.model_copy(
-        update={
-            "conditions": conds,
-            "storage_ref": StorageRef(path=directory) if directory else None,
-            "observed_generation": generation,
-            "phase": phase_,
-            "ready": ready,
-        }
+    return status.replace(
+        conditions=conds,
+        storage_ref=StorageRef(path=directory) if directory else None,
+        observed_generation=generation,
+        phase=phase_,
+        ready=ready,
     )
 
 
@@ -159,7 +157,7 @@ def decide_sglang(
         conds = conditions.set_condition(
             conds, phase.ERROR, "False", phase.NO_ERROR, "No reconcile step reports an error", generation, now
         )
-    return status.model_copy(update={"conditions": conds})
+    return status.replace(conditions=conds)
 
 
 # -- shell -----------------------------------------------------------------------------------
@@ -192,10 +190,10 @@ def _ready_reason(kind: Kind, obj: Obj | None) -> str | None:
 def _parse(kind: Kind, obj: Obj) -> LoRAAdapter | SGLangAdapter:
     try:
         if kind == VLLM_ADAPTER:
-            return LoRAAdapter.model_validate(obj)
-        return SGLangAdapter.model_validate(obj)
-    except ValidationError as err:
-        raise Reject(f"stored LoRAAdapter does not match its schema: {err.errors()[:3]}") from err
+            return LoRAAdapter.parse(obj)
+        return SGLangAdapter.parse(obj)
+    except Invalid as err:
+        raise Reject(f"stored LoRAAdapter does not match its schema: {err}") from err
 
 
 def handle(event: CloudEvent, deps: _edge.Deps) -> CloudEvent | None:
@@ -237,7 +235,7 @@ def handle(event: CloudEvent, deps: _edge.Deps) -> CloudEvent | None:
             services[key] = None
             if _valid(check_label, key[0]) and _valid(check_subdomain, key[1]):
                 found = kube.get(INFERENCE_SERVICE, key[0], key[1])
-                services[key] = InferenceService.model_validate(found) if found is not None else None
+                services[key] = InferenceService.parse(found) if found is not None else None
         return adapter_status_wire(decide_sglang(adapter, services[key], now))
 
     written = kube.write_status(kind, namespace, name, desired)
@@ -260,7 +258,7 @@ def handle(event: CloudEvent, deps: _edge.Deps) -> CloudEvent | None:
 
 
 def adapter_status_wire(status: LoRAAdapterStatus | SGLangAdapterStatus) -> Obj:
-    return status.to_wire()
+    return status.to_json()
 
 
 def _condition_message(kind: Kind, obj: Obj) -> str:

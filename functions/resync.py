@@ -80,7 +80,7 @@ def observe(deps: Deps) -> drift.Snapshot:
 
 
 def to_event(nudge: drift.Nudge) -> CloudEvent:
-    ref = AdapterRef.model_validate(
+    ref = AdapterRef.parse(
         {"apiVersion": nudge.api_version, "namespace": nudge.namespace, "name": nudge.name}
     )
     data = AdapterDrifted(adapter=ref, step=nudge.step, reason=nudge.reason)

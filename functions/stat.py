@@ -27,7 +27,6 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from cloudevents.http import CloudEvent
-from pydantic import ValidationError
 
 from events.domain import (
     ADAPTER_ADMITTED,
@@ -38,6 +37,7 @@ from events.domain import (
     AdapterStatCompleted,
     FileChanged,
 )
+from events.records import Invalid
 from functions import _edge
 from functions._inputs import adapter_ref
 from functions.errors import Reject
@@ -89,17 +89,16 @@ def decide(
     status = adapter.status or LoRAAdapterStatus()
     files = recorded(adapter, listing, max_files)
     total = sum(f.size for f in listing)
-    integrity = status.integrity.model_copy() if status.integrity else IntegrityStatus()
-    integrity.files = {f.path: FileStatus(md5=f.md5, size=f.size) for f in files} or None
+    integrity = (status.integrity or IntegrityStatus()).replace(
+        files={f.path: FileStatus(md5=f.md5, size=f.size) for f in files} or None
+    )
     phase_, ready = phase.summarize(status.conditions, bool(listing))
-    return status.model_copy(
-        update={
-            "files": [FileInfo(path=f.path, size=f.size) for f in files] or None,
-            "size": format_bytes(total),
-            "integrity": integrity,
-            "phase": phase_,
-            "ready": ready,
-        }
+    return status.replace(
+        files=[FileInfo(path=f.path, size=f.size) for f in files] or None,
+        size=format_bytes(total),
+        integrity=integrity,
+        phase=phase_,
+        ready=ready,
     )
 
 
@@ -174,7 +173,7 @@ def _one(
         fresh = _parse(current)
         if (current.get("metadata") or {}).get("deletionTimestamp") or listing_dir(fresh) != directory:
             return None  # moved under us: the next nudge lists the right place
-        return decide(fresh, listing, now, deps.settings.status_max_files).to_wire()
+        return decide(fresh, listing, now, deps.settings.status_max_files).to_json()
 
     written = kube.write_status(VLLM_ADAPTER, namespace, name, desired)
     if written is None:
@@ -197,9 +196,9 @@ def _one(
 
 def _parse(obj: Obj) -> LoRAAdapter:
     try:
-        return LoRAAdapter.model_validate(obj)
-    except ValidationError as err:
-        raise Reject(f"stored LoRAAdapter does not match its schema: {err.errors()[:3]}") from err
+        return LoRAAdapter.parse(obj)
+    except Invalid as err:
+        raise Reject(f"stored LoRAAdapter does not match its schema: {err}") from err
 
 
 def _first(replies: Iterable[CloudEvent | None]) -> CloudEvent | None:

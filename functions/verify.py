@@ -22,7 +22,6 @@ from datetime import datetime
 from typing import Any
 
 from cloudevents.http import CloudEvent
-from pydantic import ValidationError
 
 from events.domain import (
     ADAPTER_ADMITTED,
@@ -33,6 +32,7 @@ from events.domain import (
     AdapterReady,
     AdapterRef,
 )
+from events.records import Invalid
 from functions import _edge
 from functions._inputs import adapter_ref
 from functions.errors import Reject
@@ -75,13 +75,11 @@ def decide(adapter: LoRAAdapter, hashed: Mapping[str, str | None], now: datetime
             now,
         )
     phase_, ready = phase.summarize(conds, bool(observed) or bool(status.files))
-    return status.model_copy(
-        update={
-            "conditions": conds,
-            "upload_complete": verdict.upload_complete,
-            "phase": phase_,
-            "ready": ready,
-        }
+    return status.replace(
+        conditions=conds,
+        upload_complete=verdict.upload_complete,
+        phase=phase_,
+        ready=ready,
     )
 
 
@@ -96,9 +94,9 @@ def verdict_of(status: Obj | None) -> tuple[str, str] | None:
 # -- shell -----------------------------------------------------------------------------------
 def _parse(obj: Obj) -> LoRAAdapter:
     try:
-        return LoRAAdapter.model_validate(obj)
-    except ValidationError as err:
-        raise Reject(f"stored LoRAAdapter does not match its schema: {err.errors()[:3]}") from err
+        return LoRAAdapter.parse(obj)
+    except Invalid as err:
+        raise Reject(f"stored LoRAAdapter does not match its schema: {err}") from err
 
 
 def handle(event: CloudEvent, deps: _edge.Deps) -> CloudEvent | None:
@@ -127,7 +125,7 @@ def handle(event: CloudEvent, deps: _edge.Deps) -> CloudEvent | None:
             if key not in hashes:
                 hashes[key] = deps.storage.hash_file(path, limit) if limit > 0 else None
             hashed[path] = hashes[key]
-        return decide(adapter, hashed, now).to_wire()
+        return decide(adapter, hashed, now).to_json()
 
     written = kube.write_status(VLLM_ADAPTER, namespace, name, desired)
     if written is None or not written.changed:

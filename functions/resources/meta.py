@@ -4,8 +4,7 @@ from __future__ import annotations
 
 from typing import ClassVar, Literal
 
-from pydantic import Field
-
+from events.records import field
 from functions.resources.wire import WireModel
 
 ConditionStatus = Literal["True", "False", "Unknown"]
@@ -32,8 +31,8 @@ class Condition(WireModel):
 
     type: str
     status: ConditionStatus
-    reason: str = Field(min_length=1, max_length=1024)
-    message: str = Field(default="", max_length=32768)
+    reason: str = field(min_length=1, max_length=1024)
+    message: str = field(default="", max_length=32768)
     last_transition_time: str
     observed_generation: int | None = None
 

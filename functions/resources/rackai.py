@@ -4,8 +4,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field
-
+from events.records import field
 from functions.resources.meta import Condition, ObjectMeta
 from functions.resources.wire import WireModel
 
@@ -21,10 +20,10 @@ class Integrity(WireModel):
 
 
 class LoRAAdapterSpec(WireModel):
-    model: str = Field(min_length=1)
+    model: str = field(min_length=1)
     dataset: str | None = None
-    description: str | None = Field(default=None, max_length=1024)
-    display_name: str | None = Field(default=None, max_length=128)
+    description: str | None = field(default=None, max_length=1024)
+    display_name: str | None = field(default=None, max_length=128)
     integrity: Integrity | None = None
     source_fine_tuning_job: str | None = None
     tags: list[str] | None = None
@@ -64,7 +63,7 @@ class LoRAAdapterStatus(WireModel):
 class LoRAAdapter(WireModel):
     api_version: str = API_VERSION
     kind: str = "LoRAAdapter"
-    metadata: ObjectMeta = Field(default_factory=ObjectMeta)
+    metadata: ObjectMeta = field(default_factory=ObjectMeta)
     spec: LoRAAdapterSpec
     status: LoRAAdapterStatus | None = None
 
@@ -79,13 +78,13 @@ class ModelSpec(WireModel):
 class Model(WireModel):
     api_version: str = API_VERSION
     kind: str = "Model"
-    metadata: ObjectMeta = Field(default_factory=ObjectMeta)
-    spec: ModelSpec = Field(default_factory=ModelSpec)
+    metadata: ObjectMeta = field(default_factory=ObjectMeta)
+    spec: ModelSpec = field(default_factory=ModelSpec)
 
 
 class ModelDeploymentSpec(WireModel):
-    model: str = Field(min_length=1)
-    replicas: int | None = Field(default=None, ge=0)
+    model: str = field(min_length=1)
+    replicas: int | None = field(default=None, ge=0)
     lora_adapters: list[str] | None = None
 
 
@@ -96,6 +95,6 @@ class WorkloadStatus(WireModel):
 class ModelDeployment(WireModel):
     api_version: str = API_VERSION
     kind: str = "ModelDeployment"
-    metadata: ObjectMeta = Field(default_factory=ObjectMeta)
+    metadata: ObjectMeta = field(default_factory=ObjectMeta)
     spec: ModelDeploymentSpec
     status: WorkloadStatus | None = None

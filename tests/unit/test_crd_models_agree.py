@@ -1,4 +1,4 @@
-"""The pydantic models in functions/resources agree with the CRDs in knative/crds.
+"""The record models in functions/resources agree with the CRDs in knative/crds.
 
 Both sides are reduced to the same small vocabulary (JSON type, properties, required, enum,
 length/minimum/pattern constraints) and compared both ways:
@@ -21,8 +21,9 @@ from typing import Any
 
 import pytest
 import yaml
-from pydantic import BaseModel, TypeAdapter
 
+from events.json_schema import json_schema
+from events.records import Record
 from functions.resources import inference, meta, rackai
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -30,7 +31,7 @@ CRDS = ROOT / "knative" / "crds"
 
 Schema = dict[str, Any]
 
-PAIRS: dict[str, type[BaseModel]] = {
+PAIRS: dict[str, type[Record]] = {
     "rackai.rackspace.com_loraadapters.yaml": rackai.LoRAAdapter,
     "rackai.rackspace.com_models.yaml": rackai.Model,
     "rackai.rackspace.com_modeldeployments.yaml": rackai.ModelDeployment,
@@ -58,8 +59,8 @@ def crd_schema(file_name: str) -> Schema:
 class ModelSchema:
     """The model's JSON schema with $refs resolved and Optional unwrapped."""
 
-    def __init__(self, model: type[BaseModel]) -> None:
-        self.root = TypeAdapter(model).json_schema(by_alias=True, mode="validation")
+    def __init__(self, model: type[Record]) -> None:
+        self.root = json_schema(model)
         self.defs: dict[str, Schema] = self.root.get("$defs", {})
 
     def resolve(self, node: Schema) -> Schema:
@@ -149,7 +150,7 @@ def test_condition_message_emitted() -> None:
     condition = meta.Condition(
         type="Ready", status="True", reason="Verified", last_transition_time="2026-01-01T00:00:00Z"
     )
-    assert condition.model_dump(mode="json", by_alias=True)["message"] == ""
+    assert condition.to_json()["message"] == ""
 
 
 def test_checker_reports_disagreements() -> None:
