@@ -33,7 +33,7 @@ LABEL_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
 class Payload(Record):
     """Immutable; an unknown key is an error (a typo must not pass as an optional field)."""
 
-    frozen = True
+    hashable = True
     extra = "forbid"
 
 

@@ -87,8 +87,8 @@ class Record:
 
     extra: ClassVar[Literal["forbid", "allow"]] = "forbid"
     """forbid: an unknown key is a problem; allow: kept verbatim and written back by to_json."""
-    frozen: ClassVar[bool] = False
-    """Immutable and hashable (event payloads)."""
+    hashable: ClassVar[bool] = False
+    """Usable as a set member or dict key (event payloads). Every record is immutable."""
     wire_names: ClassVar[Callable[[str], str] | None] = None
     """How a Python name becomes its JSON key when no alias is given (None: unchanged)."""
     omit_empty: ClassVar[bool] = False
@@ -125,9 +125,8 @@ class Record:
         return out
 
     def __setattr__(self, name: str, value: Any) -> None:
-        if type(self).frozen:
-            raise AttributeError(f"{type(self).__name__} is frozen")
-        super().__setattr__(name, value)
+        # Records are values: a change is a new record (replace), validated like any other.
+        raise AttributeError(f"{type(self).__name__} is immutable: use replace({name}=...)")
 
     def _values(self) -> tuple[Any, ...]:
         return tuple(getattr(self, f.name) for f in _shape(type(self)).fields)
@@ -139,8 +138,8 @@ class Record:
         return self._values() == other._values() and self._extra == other._extra
 
     def __hash__(self) -> int:
-        if not type(self).frozen:
-            raise TypeError(f"unhashable type: {type(self).__name__!r} (not frozen)")
+        if not type(self).hashable:
+            raise TypeError(f"unhashable type: {type(self).__name__!r}")
         return hash((type(self), self._values()))
 
     def __repr__(self) -> str:

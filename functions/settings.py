@@ -15,7 +15,7 @@ ENV_PREFIX = "LORAFLOW_"
 class Settings(Record):
     """Every knob of the functions; docs/contracts.md lists them with their defaults."""
 
-    frozen = True
+    hashable = True
 
     storage: Literal["filer", "s3"] = "filer"
     filer_url: str = "http://seaweedfs-filer.seaweedfs:8888"

@@ -37,8 +37,8 @@ class Tree(Record):
     renamed: str | None = field(default=None, alias="newName")
 
 
-class Frozen(Record):
-    frozen = True
+class Hashable(Record):
+    hashable = True
     value: str
 
 
@@ -137,11 +137,13 @@ def test_construction_validates_like_parse() -> None:
     assert tree.replace(count=2) == Tree(count=2) != tree
 
 
-def test_frozen_records_are_immutable_and_hashable() -> None:
-    value = Frozen(value="x")
-    with pytest.raises(AttributeError):
+def test_records_are_immutable_values() -> None:
+    value = Hashable(value="x")
+    with pytest.raises(AttributeError, match="immutable"):
         value.value = "y"
-    assert {value, Frozen(value="x")} == {value}
+    with pytest.raises(AttributeError, match="immutable"):
+        Tree(count=1).count = 2
+    assert {value, Hashable(value="x")} == {value}
     with pytest.raises(TypeError):
         hash(Tree(count=1))
 
