@@ -58,7 +58,9 @@ def observe(deps: Deps) -> drift.Snapshot:
         if ep is not None and (md or isvc):
             which = "md" if md else "isvc"
             located.append((which, (targets.namespace_of(pod), str(md or isvc)), ep))
-    listings = dict(deps.engines.fan_out([ep for _, _, ep in located], deps.engines.listing))
+    listings: dict[Endpoint, dict[str, str] | None] = {}
+    if located:  # no serving pod, no engine client: a tick in an idle cluster pays for none
+        listings = dict(deps.engines.fan_out([ep for _, _, ep in located], deps.engines.listing))
     grouped: dict[str, dict[drift.TargetKey, dict[str, Any]]] = {
         "md": defaultdict(dict),
         "isvc": defaultdict(dict),
