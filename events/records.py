@@ -224,8 +224,10 @@ _SHAPES: dict[type[Record], _Shape] = {}
 def _shape(cls: type[Record]) -> _Shape:
     shape = _SHAPES.get(cls)
     if shape is None:
-        shape = _SHAPES[cls] = _Shape(cls, [])  # registered first: a record may nest itself
-        shape.fields.extend(_fields_of(cls))
+        # Built whole before it is shared, so a thread never sees a half-built shape (two
+        # threads may both build one; the first stored wins). A nested record's shape is
+        # looked up when a value is converted, so a record may nest itself.
+        shape = _SHAPES.setdefault(cls, _Shape(cls, list(_fields_of(cls))))
     return shape
 
 

@@ -53,6 +53,11 @@ class Wire(Record):
     tags: list[str] | None = None
 
 
+class Node(Record):
+    name: str
+    children: list[Node] = field(default_factory=list)
+
+
 def problems(model: type[Record], data: Any) -> list[tuple[tuple[str | int, ...], str]]:
     with pytest.raises(Invalid) as caught:
         model.parse(data)
@@ -65,6 +70,15 @@ def test_parse_builds_nested_records_and_defaults() -> None:
     assert tree.leaves == [Leaf(name="c")]
     assert (tree.ratio, tree.flag, tree.mode, tree.renamed) == (1.0, False, "a", "x")
     assert Tree.parse({"count": 3, "renamed": "x"}).renamed == "x"  # the Python name is accepted too
+
+
+def test_a_record_may_nest_itself() -> None:
+    tree = Node.parse({"name": "a", "children": [{"name": "b", "children": [{"name": "c"}]}]})
+    assert tree.children[0].children[0] == Node(name="c")
+    assert problems(Node, {"name": "a", "children": [{"children": []}]}) == [
+        (("children", 0, "name"), "Field required")
+    ]
+    assert json_schema(Node)["$defs"]["Node"]["properties"]["children"]["items"] == {"$ref": "#/$defs/Node"}
 
 
 def test_every_problem_is_reported_with_its_path() -> None:
