@@ -11,8 +11,7 @@ import json
 import time
 from collections.abc import Callable, Iterable
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass
-from typing import Any, Protocol, TypeVar
+from typing import Any, NamedTuple, Protocol, TypeVar
 
 import httpx
 
@@ -26,8 +25,7 @@ R = TypeVar("R")
 Task = Callable[[], None]
 
 
-@dataclass(frozen=True)
-class CallResult:
+class CallResult(NamedTuple):
     ok: bool
     reason: str
     message: str = ""

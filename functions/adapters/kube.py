@@ -16,10 +16,9 @@ import json
 import logging
 import ssl
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from datetime import datetime
 from functools import partial
-from typing import Any
+from typing import Any, NamedTuple
 from urllib.parse import quote
 from uuid import uuid4
 
@@ -49,8 +48,7 @@ class KubeRefused(LoraflowError):
     """The API refused a request for a reason a retry will not fix (403, 422, 400)."""
 
 
-@dataclass(frozen=True)
-class Written:
+class Written(NamedTuple):
     """Outcome of a guarded write: the object as stored, and whether we changed it."""
 
     obj: Obj

@@ -25,7 +25,7 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
 from functions.errors import LoraflowError
 
@@ -44,22 +44,26 @@ class Credentials(Protocol):
         """The Authorization header value for the next request (None: send none)."""
 
 
-@dataclass(frozen=True)
-class StaticToken:
-    token: str = field(repr=False)
+class StaticToken(NamedTuple):
+    token: str
 
     def authorization(self) -> str | None:
         return f"Bearer {self.token}"
 
+    def __repr__(self) -> str:  # credentials stay out of logs and tracebacks
+        return "StaticToken(token=<hidden>)"
 
-@dataclass(frozen=True)
-class BasicAuth:
+
+class BasicAuth(NamedTuple):
     username: str
-    password: str = field(repr=False)
+    password: str
 
     def authorization(self) -> str | None:
         pair = f"{self.username}:{self.password}".encode()
         return "Basic " + base64.b64encode(pair).decode()
+
+    def __repr__(self) -> str:
+        return f"BasicAuth(username={self.username!r}, password=<hidden>)"
 
 
 @dataclass
@@ -87,19 +91,20 @@ class FileToken:
             return f"Bearer {self._token}" if self._token else None
 
 
-@dataclass(frozen=True)
-class HookedToken:
+class HookedToken(NamedTuple):
     """The `kubernetes` loader's token (exec / auth-provider), refreshed by its own hook."""
 
-    configuration: Any = field(repr=False)
+    configuration: Any
 
     def authorization(self) -> str | None:
         value = self.configuration.get_api_key_with_prefix("BearerToken", alias="authorization")
         return str(value) if value else None
 
+    def __repr__(self) -> str:
+        return "HookedToken(<the kubernetes loader's configuration>)"
 
-@dataclass(frozen=True)
-class KubeConfig:
+
+class KubeConfig(NamedTuple):
     """Everything the REST client needs: where, whom to trust, who we are."""
 
     server: str
@@ -179,8 +184,7 @@ def in_cluster(
 
 
 # -- kubeconfig ----------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class _Entry:
+class _Entry(NamedTuple):
     value: dict[str, Any]
     base: Path
     """Directory of the file the entry came from (relative paths resolve against it)."""

@@ -18,8 +18,7 @@ import re
 import threading
 from collections import OrderedDict
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
 import httpx
 import urllib3
@@ -33,8 +32,7 @@ DIRECTORY_BIT = 0x80000000
 _PLAIN_ETAG = re.compile(r"^[0-9a-f]{32}$")
 
 
-@dataclass(frozen=True)
-class StoredFile:
+class StoredFile(NamedTuple):
     path: str
     size: int
     md5: str | None

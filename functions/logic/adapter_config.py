@@ -7,7 +7,7 @@ Engines reject adapters whose rank exceeds their `--max-lora-rank` (vLLM 400/500
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from typing import NamedTuple
 
 CONFIG_FILE = "adapter_config.json"
 CONFIG_MAX_BYTES = 1 << 20
@@ -20,8 +20,7 @@ RANK_TOO_HIGH = "RankTooHigh"
 VERDICT_REASONS = frozenset({MISSING, INVALID, UNSUPPORTED, RANK_TOO_HIGH})
 
 
-@dataclass(frozen=True)
-class ConfigVerdict:
+class ConfigVerdict(NamedTuple):
     ok: bool
     reason: str
     message: str

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from functions.logic import loading, targets
 from functions.logic.adapter_config import VERDICT_REASONS
@@ -22,8 +22,7 @@ Listing = dict[str, str] | None
 TargetKey = tuple[str, str]  # (namespace, name)
 
 
-@dataclass(frozen=True)
-class Nudge:
+class Nudge(NamedTuple):
     api_version: str
     namespace: str
     name: str

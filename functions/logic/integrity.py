@@ -8,7 +8,7 @@ never counts as a match.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from functions.logic import phase
 from functions.resources.meta import ConditionStatus
@@ -17,14 +17,12 @@ SHOWN = 20
 """How many paths a message lists before it says `and N more`."""
 
 
-@dataclass(frozen=True)
-class Observed:
+class Observed(NamedTuple):
     md5: str | None
     size: int | None
 
 
-@dataclass(frozen=True)
-class Verdict:
+class Verdict(NamedTuple):
     status: ConditionStatus
     reason: str
     message: str

@@ -9,9 +9,8 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import Any, NamedTuple
 
 from functions.logic import conditions
 from functions.logic.adapter_config import VERDICT_REASONS
@@ -41,8 +40,7 @@ PRESENT = "Present"  # pod result: the listing already had it, no call made
 MAX_NAMED = 10
 
 
-@dataclass(frozen=True)
-class PodResult:
+class PodResult(NamedTuple):
     pod: str
     ok: bool
     reason: str
@@ -55,14 +53,13 @@ class PodResult:
         return self.ok and self.reason == "Loaded"
 
 
-@dataclass(frozen=True)
-class TargetResult:
+class TargetResult(NamedTuple):
     """One target's outcome for one adapter: a verdict (nothing attempted) or Ready-pod results."""
 
     target: str
     verdict: str | None = None
     message: str = ""
-    pods: tuple[PodResult, ...] = field(default_factory=tuple)
+    pods: tuple[PodResult, ...] = ()
 
     @property
     def failed(self) -> list[PodResult]:

@@ -7,16 +7,14 @@ Endpoints come only from Pod objects of the target (podIP + the container port n
 from __future__ import annotations
 
 import ipaddress
-from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 from functions.resources.kinds import RUNTIME_LABEL
 
 Runtime = Literal["vllm", "sglang"]
 
 
-@dataclass(frozen=True)
-class Endpoint:
+class Endpoint(NamedTuple):
     namespace: str
     pod: str
     url: str

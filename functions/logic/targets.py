@@ -13,8 +13,7 @@ from __future__ import annotations
 
 import posixpath
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from functions.logic.paths import STORAGE_ROOT, adapter_dir, engine_path, is_under
 
@@ -23,8 +22,7 @@ MAX_RANK_ANNOTATION = "loraflow.io/max-lora-rank"
 FINALIZER_NAME = "loraflow.io/unload"  # = functions.resources.kinds.FINALIZER
 
 
-@dataclass(frozen=True)
-class Wanted:
+class Wanted(NamedTuple):
     """One adapter a target should serve: the object that asks for it and the engine's view."""
 
     namespace: str

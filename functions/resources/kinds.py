@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from functions.resources import inference, rackai
 
@@ -13,8 +13,7 @@ RUNTIME_LABEL = "loraflow.io/runtime"
 SERVING_LABEL = "loraflow.io/serving"
 
 
-@dataclass(frozen=True)
-class Kind:
+class Kind(NamedTuple):
     group: str
     version: str
     plural: str
