@@ -1,7 +1,8 @@
 """load: put adapters into every Ready replica of the targets that should serve them.
 
 Trigger: `adapter.ready`, `adapter.admitted`, `adapter.drifted` (loraflowstep=load); apiserver
-add/update of a ModelDeployment or InferenceService.
+add/update of a ModelDeployment or InferenceService; apiserver delete of a serving Pod (its
+target's adapters now count one Ready pod fewer).
 Reads: the adapter(s), ModelDeployments of the namespace / the InferenceService, target Pods,
 `adapter_config.json` in storage (seed 1), each Ready pod's own `GET /v1/models`.
 Writes: seed 1 `usedBy` + condition Loaded (Loaded, LoadFailed, NoReadyReplicas, ModelMismatch,
@@ -12,6 +13,8 @@ writing status when a pod failed retryably; 400 for malformed events.
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 from cloudevents.http import CloudEvent
 
@@ -24,34 +27,30 @@ from events.domain import (
     AdapterLoaded,
     PodFailure,
 )
-from events.external import API_ADD, API_UPDATE
+from events.external import API_ADD, API_DELETE, API_TYPES, API_UPDATE
 from functions import _edge, _inputs, _serving
 from functions._edge import Deps
 from functions._serving import Fleet, Plan
 from functions.logic import targets
 from functions.logic.loading import TargetResult, describe_failures
+from functions.logic.paths import is_subdomain
 from functions.resources.kinds import (
     INFERENCE_SERVICE,
+    INFERENCE_SERVICE_LABEL,
     MODEL_DEPLOYMENT,
+    MODEL_DEPLOYMENT_LABEL,
     SGLANG_ADAPTER,
     VLLM_ADAPTER,
     by_api_version_and_kind,
 )
 
 NAME = "load"
-ACCEPTS = (ADAPTER_READY, ADAPTER_ADMITTED, ADAPTER_DRIFTED, API_ADD, API_UPDATE)
+ACCEPTS = (ADAPTER_READY, ADAPTER_ADMITTED, ADAPTER_DRIFTED, API_ADD, API_UPDATE, API_DELETE)
 
 
 def handle(event: CloudEvent, deps: Deps) -> _edge.Reply:
-    if event["type"] in (API_ADD, API_UPDATE):
-        obj = _inputs.kube_object(event)
-        kind = by_api_version_and_kind(obj["apiVersion"], obj["kind"])
-        namespace, name = targets.namespace_of(obj), targets.name_of(obj)
-        if kind == MODEL_DEPLOYMENT:
-            return on_deployment(deps, namespace, name)
-        if kind == INFERENCE_SERVICE:
-            return on_isvc(deps, namespace, name)
-        return None
+    if event["type"] in API_TYPES:
+        return on_object(deps, _inputs.kube_object(event), deleted=_inputs.is_deleted(event))
     if event["type"] == ADAPTER_DRIFTED and event.get(STEP_EXTENSION) != "load":
         return None
     ref = _inputs.adapter_ref(event)
@@ -60,6 +59,31 @@ def handle(event: CloudEvent, deps: Deps) -> _edge.Reply:
     if adapter is None:
         return None
     return on_adapter(deps, adapter)
+
+
+def on_object(deps: Deps, obj: dict[str, Any], deleted: bool) -> _edge.Reply:
+    """A target was added or changed, or one of its serving pods is gone: reconcile what the
+    target serves (a scale-down's Loaded condition counts the Ready pods that are left)."""
+    namespace, name = targets.namespace_of(obj), targets.name_of(obj)
+    if obj["apiVersion"] == "v1" and obj["kind"] == "Pod":
+        if not deleted:
+            return None  # a pod that starts or turns Ready is reload's
+        labels = (obj.get("metadata") or {}).get("labels") or {}
+        md, isvc = labels.get(MODEL_DEPLOYMENT_LABEL), labels.get(INFERENCE_SERVICE_LABEL)
+        # the event's last state names the target; a label that is no object name names none
+        if isinstance(md, str) and is_subdomain(md):
+            return on_deployment(deps, namespace, md)
+        if isinstance(isvc, str) and is_subdomain(isvc):
+            return on_isvc(deps, namespace, isvc)
+        return None
+    kind = by_api_version_and_kind(obj["apiVersion"], obj["kind"])
+    if deleted:
+        return None  # a deleted target's adapters are unload's
+    if kind == MODEL_DEPLOYMENT:
+        return on_deployment(deps, namespace, name)
+    if kind == INFERENCE_SERVICE:
+        return on_isvc(deps, namespace, name)
+    return None
 
 
 def on_adapter(deps: Deps, adapter: dict[str, object]) -> _edge.Reply:

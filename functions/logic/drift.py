@@ -71,8 +71,8 @@ def _loaded_stale(adapter: Obj, lacking: list[str], pods: int) -> str | None:
         return "Loaded is not True although every Ready pod has it"
     stated = loading.counted(str(loaded.get("message") or ""))
     if stated is not None and stated != pods:
-        # a scale-down: the pods went away after the last load counted them, and no step
-        # answers a Pod's deletion
+        # a scale-down whose Pod deletion events were lost: the pods went away after the
+        # last load counted them (load recounts on each deletion it hears of)
         return f"Loaded counts {stated} Ready pod(s), there are {pods}"
     return None
 

@@ -98,6 +98,19 @@ def test_seed1_whole_lifecycle(stack: Stack, cluster: Cluster) -> None:
     cluster.patch(MODEL_DEPLOYMENT, "d1", {"spec": {"replicas": 4}})
     eventually(lambda: loaded_in(cluster, selector, "a1", 4), what="loaded in 4 pods")
 
+    # scale-down: each Pod's deletion reaches load, which recounts the Ready pods
+    cluster.patch(MODEL_DEPLOYMENT, "d1", {"spec": {"replicas": 2}})
+    eventually(
+        lambda: (
+            "in 2 Ready pod(s)" in condition(cluster.get(VLLM_ADAPTER, "a1"), "Loaded").get("message", "")
+        ),
+        what="Loaded counts 2 pods after the scale-down",
+    )
+    assert any(
+        e["outcome"] == "delivered" and e["trigger"] == "loraflow-load-pod-deleted" and e["status"] < 300
+        for e in stack.broker.log.since(0)
+    )
+
     # removed from the target's spec -> unloaded everywhere
     cluster.patch(MODEL_DEPLOYMENT, "d1", {"spec": {"loraAdapters": []}})
     eventually(lambda: unloaded_everywhere(cluster, selector, "a1"), what="unloaded after leaving the spec")
