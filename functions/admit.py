@@ -1,7 +1,9 @@
 """admit: accept a LoRAAdapter's spec, set its storage path and finalizer, say what is wrong.
 
 Trigger: `dev.knative.apiserver.resource.add|update` for kind LoRAAdapter (either apiVersion);
-    `io.loraflow.adapter.drifted.v1` with extension `loraflowstep=admit`.
+    `io.loraflow.adapter.drifted.v1` with extension `loraflowstep=admit`;
+    `dev.knative.apiserver.resource.add` for kind Model: the seed-1 adapters of its namespace
+    that wait for it (Ready False `ModelNotFound`) are admitted again at once.
 Reads: the adapter (re-read by name; the event data is only a reference); seed 1: the Model
     `spec.model` in the adapter's namespace; seed 2: the InferenceService of
     `spec.inferenceServiceRef` (namespace defaults to the adapter's).
@@ -15,6 +17,7 @@ Writes: metadata.finalizers += `loraflow.io/unload` (first), then one status wri
 Replies: `io.loraflow.adapter.admitted.v1` only when a write changed something (first
     admission, new generation, a verdict that moved); our own status writes come back as
     update events and end here as no-ops.
+    For a Model, each admitted event is published to the Broker (one reply carries one event).
 Outcomes: 200 + admitted; 204 nothing changed / object gone / being deleted (unload owns it)
     / another kind; 400 malformed event or names; 503 Kubernetes API unavailable or conflicts
     that outlasted the bounded re-reads.
@@ -197,10 +200,33 @@ def _parse(kind: Kind, obj: Obj) -> LoRAAdapter | SGLangAdapter:
 
 
 def handle(event: CloudEvent, deps: _edge.Deps) -> CloudEvent | None:
+    if event["type"] == API_ADD and _is_model(obj := kube_object(event)):
+        on_model(deps, obj)
+        return None
     target = _target(event)
     if target is None:
         return None
-    kind, namespace, name = target
+    return admit_one(deps, *target)
+
+
+def _is_model(obj: Obj) -> bool:
+    return obj.get("apiVersion") == MODEL.api_version and obj.get("kind") == MODEL.kind
+
+
+def on_model(deps: _edge.Deps, model: Obj) -> None:
+    """A Model appeared: admit again the seed-1 adapters of its namespace that wait for it,
+    publishing each admitted event (the resync tick would have found them later)."""
+    namespace, name = model["metadata"]["namespace"], model["metadata"]["name"]
+    for adapter in deps.kube.iter(VLLM_ADAPTER, namespace):
+        waits = (adapter.get("spec") or {}).get("model") == name
+        if waits and _ready_reason(VLLM_ADAPTER, adapter) == phase.MODEL_NOT_FOUND:
+            admitted = admit_one(deps, VLLM_ADAPTER, namespace, adapter["metadata"]["name"])
+            if admitted is not None:
+                deps.broker.publish(admitted)
+
+
+def admit_one(deps: _edge.Deps, kind: Kind, namespace: str, name: str) -> CloudEvent | None:
+    """Finalizer, then the status admission decides; the admitted event when either changed."""
     kube = deps.kube
     obj = kube.get(kind, namespace, name)
     if obj is None or _deleting(obj):

@@ -188,6 +188,31 @@ def test_sglang_runtime_mismatch_then_fixed(world: World) -> None:
     }
 
 
+def published_admissions(world: World, ns: str) -> list[str]:
+    """Names of this namespace's adapters whose adapter.admitted the sink (K_SINK) received."""
+    refs = [e.get_data()["adapter"] for e in world.sink.of_type(ADAPTER_ADMITTED)]
+    return sorted(ref["name"] for ref in refs if ref["namespace"] == ns)
+
+
+def test_a_new_model_admits_the_adapters_waiting_for_it(world: World) -> None:
+    ns = world.namespace()
+    for name, model in (("a", "llama"), ("b", "llama"), ("c", "other")):
+        reply_of(world.post("admit", world.apiserver_event("add", adapter(world, ns, name, model=model))))
+        assert conditions(world.get(VLLM_ADAPTER, ns, name) or {}) == {"Ready": ("False", "ModelNotFound")}
+    world.sink.clear()
+
+    model = world.create(MODEL, ns, {"metadata": {"name": "llama"}, "spec": {}})
+    assert world.post("admit", world.apiserver_event("add", model)).status_code == 204
+    for name in ("a", "b"):
+        assert conditions(world.get(VLLM_ADAPTER, ns, name) or {}) == {"Ready": ("Unknown", "Admitted")}
+    assert conditions(world.get(VLLM_ADAPTER, ns, "c") or {}) == {"Ready": ("False", "ModelNotFound")}
+    assert published_admissions(world, ns) == ["a", "b"]
+    # a duplicate finds nobody waiting: no write, nothing published
+    world.sink.clear()
+    assert world.post("admit", world.apiserver_event("add", model)).status_code == 204
+    assert published_admissions(world, ns) == []
+
+
 def test_deleting_object_and_other_kinds_are_ignored(world: World) -> None:
     ns = world.namespace()
     world.create(MODEL, ns, {"metadata": {"name": "llama"}, "spec": {}})

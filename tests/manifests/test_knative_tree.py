@@ -327,7 +327,7 @@ def test_source_rbac_is_read_only_on_watched_kinds() -> None:
     assert source["spec"]["serviceAccountName"] == "loraflow-sources"
     grants = rules_of("loraflow-sources")
     assert {verb for _, _, verb in grants} == {"get", "list", "watch"}
-    plural = {"LoRAAdapter": "loraadapters", "ModelDeployment": "modeldeployments"}
+    plural = {"LoRAAdapter": "loraadapters", "Model": "models", "ModelDeployment": "modeldeployments"}
     plural |= {"InferenceService": "inferenceservices", "Pod": "pods"}
     for resource in source["spec"]["resources"]:
         group = resource["apiVersion"].rpartition("/")[0]

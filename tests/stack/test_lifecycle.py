@@ -45,6 +45,13 @@ def unloaded_everywhere(cluster: Cluster, selector: str, handle: str) -> bool:
     return bool(found) and all(s is not None and handle not in s for s in found.values())
 
 
+def delivered(stack: Stack, trigger: str) -> bool:
+    """The broker delivered an event through `trigger` and the subscriber answered 2xx (the
+    broker logs a delivery once the answer is back, after the step's writes)."""
+    log = stack.broker.log.since(0)
+    return any(e["outcome"] == "delivered" and e["trigger"] == trigger and e["status"] < 300 for e in log)
+
+
 def condition(obj: dict[str, Any] | None, type_: str) -> dict[str, Any]:
     for cond in ((obj or {}).get("status") or {}).get("conditions") or []:
         if cond["type"] == type_:
@@ -106,10 +113,7 @@ def test_seed1_whole_lifecycle(stack: Stack, cluster: Cluster) -> None:
         ),
         what="Loaded counts 2 pods after the scale-down",
     )
-    assert any(
-        e["outcome"] == "delivered" and e["trigger"] == "loraflow-load-pod-deleted" and e["status"] < 300
-        for e in stack.broker.log.since(0)
-    )
+    eventually(lambda: delivered(stack, "loraflow-load-pod-deleted"), what="a Pod deletion delivered to load")
 
     # removed from the target's spec -> unloaded everywhere
     cluster.patch(MODEL_DEPLOYMENT, "d1", {"spec": {"loraAdapters": []}})
@@ -119,6 +123,22 @@ def test_seed1_whole_lifecycle(stack: Stack, cluster: Cluster) -> None:
     cluster.delete(VLLM_ADAPTER, "a1")
     eventually(lambda: cluster.get(VLLM_ADAPTER, "a1") is None, what="gone after delete")
     assert stack.broker.counters.dead_lettered == 0, stack.sink.events
+
+
+def test_seed1_adapter_waits_for_its_model_then_goes_on(stack: Stack, cluster: Cluster) -> None:
+    """Created before its Model: ModelNotFound, then the Model's add event re-admits it."""
+    selector = f"{MODEL_DEPLOYMENT_LABEL}=d1"
+    cluster.create(MODEL_DEPLOYMENT, "d1", {"model": "late", "replicas": 1, "loraAdapters": ["a1"]})
+    seed1_adapter(cluster, "a1", model="late")
+    eventually(
+        lambda: condition(cluster.get(VLLM_ADAPTER, "a1"), "Ready").get("reason") == "ModelNotFound",
+        what="ModelNotFound",
+    )
+    cluster.create(MODEL, "late", {})
+    eventually(lambda: loaded_in(cluster, selector, "a1", 1), what="loaded once its Model exists")
+    eventually(
+        lambda: delivered(stack, "loraflow-admit-model-added"), what="the Model's add delivered to admit"
+    )
 
 
 def test_seed1_wrong_md5_fails_and_is_never_loaded(stack: Stack, cluster: Cluster) -> None:
