@@ -339,3 +339,18 @@ def test_bindings_point_at_the_service_accounts() -> None:
     for binding in of_kind("ClusterRoleBinding"):
         for subject in binding["subjects"]:
             assert (subject["namespace"], subject["name"]) in accounts
+
+
+def test_every_function_that_publishes_gets_the_broker_url() -> None:
+    """K_SINK comes from the SinkBinding, which selects Services by label: a function that
+    publishes to the Broker (besides replying) without that label would fail in a cluster."""
+    publishing = {p.stem for p in (ROOT / "functions").glob("*.py") if "broker.publish(" in p.read_text()}
+    assert publishing == {"admit", "ingest", "resync"}
+    (binding,) = of_kind("SinkBinding")
+    selector = binding["spec"]["subject"]["selector"]["matchLabels"]
+    labelled = {
+        s["metadata"]["name"]
+        for s in of_kind("Service")
+        if selector.items() <= (s["metadata"].get("labels") or {}).items()
+    }
+    assert labelled == {f"loraflow-{name}" for name in publishing}
