@@ -23,7 +23,7 @@ from hypothesis import strategies as st
 
 from events.catalog import BY_TYPE, sample
 from events.domain import ADAPTER_DRIFTED, FILE_CHANGED, STEP_EXTENSION
-from events.external import API_ADD, API_UPDATE, AWS_SQS, PING
+from events.external import API_TYPES, AWS_SQS, PING
 from functions import admit, ingest, load, reload, resync, stat, unload, verify
 from functions._edge import MAX_BODY_BYTES
 from tests.functions.conftest import World
@@ -262,7 +262,7 @@ def test_data_of_the_wrong_shape(world: World, pair: tuple[str, str], data: st.D
         event["data"] = data.draw(json_values.filter(lambda v: not isinstance(v, dict) or "path" not in v))
     else:
         payload = event["data"]
-        if type_ in (API_ADD, API_UPDATE):
+        if type_ in API_TYPES:
             payload = {
                 "apiVersion": payload["apiVersion"],
                 "kind": payload["kind"],
@@ -503,7 +503,7 @@ def test_names_that_are_not_dns_labels(world: World, which: str, data: st.DataOb
                 continue
             event = base_attributes(type_, function)
             event.pop("subject", None)
-            if type_ in (API_ADD, API_UPDATE):
+            if type_ in API_TYPES:
                 event["data"]["metadata"][which] = value
                 event.pop(which, None)  # the extension (a header) may not carry it either
             else:
