@@ -92,9 +92,13 @@ def test_seed1_whole_lifecycle(stack: Stack, cluster: Cluster) -> None:
         what="Ready",
     )
     eventually(lambda: loaded_in(cluster, selector, "a1", 3), what="loaded in 3 pods")
+    # the engines list it before load's status write lands: the condition follows
+    eventually(
+        lambda: condition(cluster.get(VLLM_ADAPTER, "a1"), "Loaded").get("status") == "True",
+        what="Loaded True",
+    )
     adapter = cluster.get(VLLM_ADAPTER, "a1")
     assert adapter is not None and adapter["status"]["usedBy"] == ["d1"]
-    assert condition(adapter, "Loaded")["status"] == "True"
 
     # an engine restart drops its adapters; the Pod comes back Ready and reload puts it back
     pod = cluster.pods(selector)[0]["metadata"]["name"]
