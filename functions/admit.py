@@ -47,6 +47,7 @@ from functions.resources.kinds import (
     MODEL,
     VLLM_ADAPTER,
     Kind,
+    by_api_version_and_kind,
 )
 from functions.resources.rackai import LoRAAdapter, LoRAAdapterStatus, StorageRef
 
@@ -164,19 +165,6 @@ def decide_sglang(
 
 
 # -- shell -----------------------------------------------------------------------------------
-def _target(event: CloudEvent) -> tuple[Kind, str, str] | None:
-    if event["type"] == ADAPTER_DRIFTED:
-        ref = adapter_ref(event)
-        return ADAPTER_KINDS[ref.api_version], ref.namespace, ref.name
-    obj = kube_object(event)
-    kind = ADAPTER_KINDS.get(str(obj.get("apiVersion")))
-    if obj.get("kind") != "LoRAAdapter" or kind is None:
-        return None
-    if (obj.get("metadata") or {}).get("deletionTimestamp"):
-        return None
-    return kind, obj["metadata"]["namespace"], obj["metadata"]["name"]
-
-
 def _deleting(obj: Obj) -> bool:
     return bool((obj.get("metadata") or {}).get("deletionTimestamp"))
 
@@ -200,17 +188,17 @@ def _parse(kind: Kind, obj: Obj) -> LoRAAdapter | SGLangAdapter:
 
 
 def handle(event: CloudEvent, deps: _edge.Deps) -> CloudEvent | None:
-    if event["type"] == API_ADD and _is_model(obj := kube_object(event)):
+    if event["type"] == ADAPTER_DRIFTED:
+        ref = adapter_ref(event)
+        return admit_one(deps, ADAPTER_KINDS[ref.api_version], ref.namespace, ref.name)
+    obj = kube_object(event)
+    kind = by_api_version_and_kind(obj["apiVersion"], obj["kind"])
+    if kind == MODEL and event["type"] == API_ADD:
         on_model(deps, obj)
         return None
-    target = _target(event)
-    if target is None:
+    if kind is None or kind not in ADAPTER_KINDS.values() or _deleting(obj):
         return None
-    return admit_one(deps, *target)
-
-
-def _is_model(obj: Obj) -> bool:
-    return obj.get("apiVersion") == MODEL.api_version and obj.get("kind") == MODEL.kind
+    return admit_one(deps, kind, obj["metadata"]["namespace"], obj["metadata"]["name"])
 
 
 def on_model(deps: _edge.Deps, model: Obj) -> None:

@@ -39,6 +39,7 @@ from functions.resources.kinds import (
     INFERENCE_SERVICE_LABEL,
     MODEL_DEPLOYMENT,
     MODEL_DEPLOYMENT_LABEL,
+    POD,
     SGLANG_ADAPTER,
     VLLM_ADAPTER,
     by_api_version_and_kind,
@@ -65,7 +66,8 @@ def on_object(deps: Deps, obj: dict[str, Any], deleted: bool) -> _edge.Reply:
     """A target was added or changed, or one of its serving pods is gone: reconcile what the
     target serves (a scale-down's Loaded condition counts the Ready pods that are left)."""
     namespace, name = targets.namespace_of(obj), targets.name_of(obj)
-    if obj["apiVersion"] == "v1" and obj["kind"] == "Pod":
+    kind = by_api_version_and_kind(obj["apiVersion"], obj["kind"])
+    if kind == POD:
         if not deleted:
             return None  # a pod that starts or turns Ready is reload's
         labels = (obj.get("metadata") or {}).get("labels") or {}
@@ -76,7 +78,6 @@ def on_object(deps: Deps, obj: dict[str, Any], deleted: bool) -> _edge.Reply:
         if isinstance(isvc, str) and is_subdomain(isvc):
             return on_isvc(deps, namespace, isvc)
         return None
-    kind = by_api_version_and_kind(obj["apiVersion"], obj["kind"])
     if deleted:
         return None  # a deleted target's adapters are unload's
     if kind == MODEL_DEPLOYMENT:

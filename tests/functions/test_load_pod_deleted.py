@@ -12,6 +12,7 @@ from typing import Any
 from events.domain import ADAPTER_READY
 from functions.resources.kinds import (
     INFERENCE_SERVICE,
+    INFERENCE_SERVICE_LABEL,
     MODEL_DEPLOYMENT,
     MODEL_DEPLOYMENT_LABEL,
     SGLANG_ADAPTER,
@@ -45,12 +46,17 @@ def scale_down(
     return [obj for pod, obj in before.items() if pod not in left]
 
 
-def test_a_deleted_replica_is_no_longer_counted_vllm(world: World) -> None:
-    ns = world.namespace()
+def served_by_d1(world: World, ns: str, replicas: int) -> None:
+    """Adapter a1 (files in storage, Ready) named by ModelDeployment d1 with `replicas` pods."""
     make_adapter(world, ns, "a1")
-    spec = {"model": "m1", "replicas": 3, "loraAdapters": ["a1"]}
+    spec = {"model": "m1", "replicas": replicas, "loraAdapters": ["a1"]}
     world.create(MODEL_DEPLOYMENT, ns, {"metadata": {"name": "d1"}, "spec": spec})
     world.workload.sync()
+
+
+def test_a_deleted_replica_is_no_longer_counted_vllm(world: World) -> None:
+    ns = world.namespace()
+    served_by_d1(world, ns, replicas=3)
     assert world.post(
         "load", world.event(ADAPTER_READY, world.adapter_data(VLLM_ADAPTER, ns, "a1"))
     ).is_success
@@ -73,7 +79,7 @@ def test_a_deleted_replica_is_no_longer_counted_sglang(world: World) -> None:
     assert world.post("load", admitted(world, ns, "s1")).is_success
     assert "3 Ready pod(s)" in condition(world.get(SGLANG_ADAPTER, ns, "s1"), "Loaded")["message"]
 
-    selector = "inference.rackai.rackspace.com/inference-service=isvc"
+    selector = f"{INFERENCE_SERVICE_LABEL}=isvc"
     gone = scale_down(world, INFERENCE_SERVICE, ns, "isvc", 2, selector)
     assert len(gone) == 1 and len(pods(world, ns)) == 2
     assert world.post("load", world.apiserver_event("delete", gone[0])).status_code == 204
@@ -82,10 +88,7 @@ def test_a_deleted_replica_is_no_longer_counted_sglang(world: World) -> None:
 
 def test_pods_that_name_no_target_or_still_exist_are_left_to_others(world: World) -> None:
     ns = world.namespace()
-    make_adapter(world, ns, "a1")
-    spec = {"model": "m1", "replicas": 1, "loraAdapters": ["a1"]}
-    world.create(MODEL_DEPLOYMENT, ns, {"metadata": {"name": "d1"}, "spec": spec})
-    world.workload.sync()
+    served_by_d1(world, ns, replicas=1)
     (pod,) = world.workload.pods(ns, f"{MODEL_DEPLOYMENT_LABEL}=d1")
     obj = pod_object(world, ns, pod["metadata"]["name"])
     status_before = world.get(VLLM_ADAPTER, ns, "a1")["status"]
