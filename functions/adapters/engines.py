@@ -33,6 +33,7 @@ class CallResult(NamedTuple):
 
 
 OK = CallResult(True, "Loaded")
+KEEPALIVE_PODS = 1024
 
 
 class RuntimeProtocol(Protocol):
@@ -128,7 +129,10 @@ def classify_unload(response: httpx.Response) -> CallResult:
 
 class Engines:
     def __init__(self, settings: Settings, transport: httpx.BaseTransport | None = None) -> None:
-        limits = httpx.Limits(max_connections=settings.load_concurrency * 4, max_keepalive_connections=200)
+        # In-flight calls are bounded by the fan-out pools, not here. The pool keeps one idle
+        # connection per pod, so the next fan-out into the same pods skips the handshakes (a
+        # cap of 4x concurrency evicted and re-opened them on every fan-out wider than 40 pods).
+        limits = httpx.Limits(max_connections=None, max_keepalive_connections=KEEPALIVE_PODS)
         # engines are reached at http://<pod IP>:<port> (logic/pods.endpoint): no TLS to set up
         self._http = httpx.Client(
             timeout=settings.engine_timeout, limits=limits, transport=transport, verify=never_used()
