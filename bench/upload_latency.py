@@ -13,7 +13,8 @@ Reference, timed in the same run (broker deliveries dropped meanwhile, so no fun
 competes): the minimal sequence of HTTP calls the chain needs, made directly with one
 keep-alive client: adapter GET, filer listing, status PATCH (stat); adapter GET, status
 PATCH (verify); adapter GET, deployments list, config GET, pods list, per pod (concurrently,
-LORAFLOW_LOAD_CONCURRENCY) GET /v1/models + POST /v1/load_lora_adapter, status PATCH (load).
+LORAFLOW_LOAD_CONCURRENCY) POST /v1/load_lora_adapter, status PATCH (load). A new adapter's
+loads need no listing first: the engine's "already loaded" answer tells the same.
 Target: median <= 150 ms at 3 replicas, and <= 3x the reference.
 """
 
@@ -233,7 +234,6 @@ def _reference(stack: Stack, name: str, deployment: str, concurrency: int, steps
         path = engine_path(str(stack.mount_root), directory)
 
         def serve(url: str) -> None:
-            http.get(url + "/v1/models").raise_for_status()
             http.post(
                 url + "/v1/load_lora_adapter", json={"lora_name": name, "lora_path": path}
             ).raise_for_status()

@@ -119,11 +119,14 @@ def plan_pods(fleet: Fleet, plan: Plan, endpoints: list[Endpoint], pods_of: set[
         plan.observe.append((ep, pods_of is None or ep.pod in pods_of))
 
 
-def execute(fleet: Fleet, plans: Sequence[Plan], load: bool = True) -> None:
+def execute(fleet: Fleet, plans: Sequence[Plan], load: bool = True, new: bool = False) -> None:
     """List every observed pod and load what it lacks; a failing pod never blocks the others.
 
     Pipelined per pod (`Engines.pipeline`): a pod's loads are queued as soon as its own
     listing is in, so they overlap the other pods' listings instead of waiting for all of them.
+    `new`: the adapter was just verified or admitted, so no pod should have it yet. A pod asked
+    for it alone is then not listed: its load call answers the same question ("already loaded"
+    is a success) one round-trip sooner, which is what a fan-out into many pods waits on.
     """
     groups: dict[str, tuple[Endpoint, list[tuple[Plan, bool]]]] = {}
     for plan in plans:
@@ -134,15 +137,19 @@ def execute(fleet: Fleet, plans: Sequence[Plan], load: bool = True) -> None:
     def load_one(plan: Plan, ep: Endpoint) -> None:
         assert plan.wanted is not None
         outcome = fleet.deps.engines.load(ep, plan.wanted.lora_name, plan.wanted.lora_path)
-        if outcome.ok:
+        result = PodResult(ep.pod, outcome.ok, outcome.reason, outcome.message, outcome.retryable)
+        if result.ok:
             fleet.note_loaded(ep, plan.wanted.lora_name, plan.wanted.lora_path)
+        if result.loaded_now:
             plan.loaded.append(ep)
-        plan.results[ep.pod] = PodResult(
-            ep.pod, outcome.ok, outcome.reason, outcome.message, outcome.retryable
-        )
+        elif result.ok:  # "already loaded": the engine had it, as a listing would have said
+            result = PodResult(ep.pod, True, loading.PRESENT)
+        plan.results[ep.pod] = result
 
     def pod(group: tuple[Endpoint, list[tuple[Plan, bool]]]) -> list[Callable[[], None]]:
         ep, members = group
+        if new and load and len(members) == 1 and members[0][1]:
+            return [partial(load_one, members[0][0], ep)]
         listing = fleet.listing(ep)
         todo: list[Plan] = []
         for plan, mine in members:

@@ -59,7 +59,7 @@ def handle(event: CloudEvent, deps: Deps) -> _edge.Reply:
     adapter = deps.kube.get(kind, ref.namespace, ref.name)
     if adapter is None:
         return None
-    return on_adapter(deps, adapter)
+    return on_adapter(deps, adapter, new=event["type"] != ADAPTER_DRIFTED)
 
 
 def on_object(deps: Deps, obj: dict[str, Any], deleted: bool) -> _edge.Reply:
@@ -87,7 +87,8 @@ def on_object(deps: Deps, obj: dict[str, Any], deleted: bool) -> _edge.Reply:
     return None
 
 
-def on_adapter(deps: Deps, adapter: dict[str, object]) -> _edge.Reply:
+def on_adapter(deps: Deps, adapter: dict[str, object], new: bool) -> _edge.Reply:
+    """`new`: announced ready or admitted (no pod should have it yet), not found drifted."""
     fleet = Fleet(deps)
     if _serving.kind_of(adapter) == SGLANG_ADAPTER:
         if not targets.available_v2(adapter):
@@ -100,7 +101,7 @@ def on_adapter(deps: Deps, adapter: dict[str, object]) -> _edge.Reply:
             return None
         plans = _serving.plan_v1(fleet, adapter, deployments)
         used = targets.used_by(targets.name_of(adapter), deployments)
-    _serving.execute(fleet, plans)
+    _serving.execute(fleet, plans, new=new)
     results = [p.result() for p in plans]
     # `adapter` was read by this invocation: the write starts from it (a 409 re-reads)
     if _serving.kind_of(adapter) == SGLANG_ADAPTER:

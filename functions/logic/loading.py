@@ -36,7 +36,7 @@ R_UNLOAD_FAILED = "UnloadFailed"
 R_NO_ERROR = "NoError"
 NOT_LOADED = "NotLoaded"  # pod result: observed without loading, the pod lacks it
 
-PRESENT = "Present"  # pod result: the listing already had it, no call made
+PRESENT = "Present"  # pod result: the engine had it already (its listing or its "already loaded")
 MAX_NAMED = 10
 
 

@@ -6,8 +6,9 @@ import json
 from typing import Any
 
 import httpx
+from cloudevents.http import from_http
 
-from events.domain import ADAPTER_READY
+from events.domain import ADAPTER_DRIFTED, ADAPTER_READY, STEP_EXTENSION
 from functions.resources.kinds import MODEL_DEPLOYMENT, MODEL_DEPLOYMENT_LABEL, VLLM_ADAPTER
 
 
@@ -53,6 +54,42 @@ def test_ready_adapter_loaded_into_every_replica(world: Any) -> None:
     assert loaded_condition(world, ns, "a1")["status"] == "True"
     again = world.post("load", world.event(ADAPTER_READY, world.adapter_data(VLLM_ADAPTER, ns, "a1")))
     assert again.status_code == 204
+
+
+def test_a_new_adapter_is_loaded_without_listing_a_drifted_one_after(world: Any) -> None:
+    """adapter.ready announces an adapter no pod should have: one load call per pod and no
+    listing. A duplicate is answered "already loaded" and changes nothing. resync's drift nudge
+    (most pods have it) lists every pod first and loads only where it is missing."""
+    ns = world.namespace()
+    make_adapter(world, ns, "a1")
+    world.create(
+        MODEL_DEPLOYMENT,
+        ns,
+        {"metadata": {"name": "d1"}, "spec": {"model": "m1", "replicas": 3, "loraAdapters": ["a1"]}},
+    )
+    world.workload.sync()
+    pods = sorted(p["metadata"]["name"] for p in world.workload.pods(ns, f"{MODEL_DEPLOYMENT_LABEL}=d1"))
+    replicas = [world.workload.replica(ns, pod) for pod in pods]
+    ready = world.event(ADAPTER_READY, world.adapter_data(VLLM_ADAPTER, ns, "a1"))
+    assert world.post("load", ready).status_code == 200
+    assert [(r.calls["models"], r.calls["load"], len(r.load_log)) for r in replicas] == [(0, 1, 1)] * 3
+    before = loaded_condition(world, ns, "a1")
+    assert (before["status"], before["reason"]) == ("True", "Loaded")
+
+    assert world.post("load", ready).status_code == 204  # nothing loaded now: no adapter.loaded
+    assert [(r.calls["models"], r.calls["load"], len(r.load_log)) for r in replicas] == [(0, 2, 1)] * 3
+    assert loaded_condition(world, ns, "a1") == before
+
+    lost = replicas[1]
+    assert httpx.post(lost.url + "/v1/unload_lora_adapter", json={"lora_name": "a1"}).status_code == 200
+    data = world.adapter_data(VLLM_ADAPTER, ns, "a1", step="load", reason="not loaded in 1 pod")
+    nudge = world.event(ADAPTER_DRIFTED, data, **{STEP_EXTENSION: "load"})
+    response = world.post("load", nudge)
+    assert response.status_code == 200, response.text
+    assert from_http(dict(response.headers), response.content).get_data()["pods"] == [pods[1]]
+    assert [(r.calls["models"], r.calls["load"]) for r in replicas] == [(1, 2), (1, 3), (1, 2)]
+    assert all("a1" in r.loaded for r in replicas)
+    assert loaded_condition(world, ns, "a1")["status"] == "True"
 
 
 def test_rank_too_high_never_calls_engine(world: Any) -> None:
