@@ -15,6 +15,7 @@ from typing import Any, NamedTuple, Protocol, TypeVar
 
 import httpx
 
+from functions.adapters.pod_pools import PodPools
 from functions.adapters.tls import never_used
 from functions.logic.pods import Endpoint, Runtime
 from functions.observability import ENGINE_FAILURES, ENGINE_SECONDS
@@ -33,7 +34,8 @@ class CallResult(NamedTuple):
 
 
 OK = CallResult(True, "Loaded")
-KEEPALIVE_PODS = 1024
+POD_POOL_IDLE_S = 600.0
+"""A pod not called for this long has its connections closed (resync calls every pod each tick)."""
 
 
 class RuntimeProtocol(Protocol):
@@ -128,15 +130,16 @@ def classify_unload(response: httpx.Response) -> CallResult:
 
 
 class Engines:
-    def __init__(self, settings: Settings, transport: httpx.BaseTransport | None = None) -> None:
-        # In-flight calls are bounded by the fan-out pools, not here. The pool keeps one idle
-        # connection per pod, so the next fan-out into the same pods skips the handshakes (a
-        # cap of 4x concurrency evicted and re-opened them on every fan-out wider than 40 pods).
-        limits = httpx.Limits(max_connections=None, max_keepalive_connections=KEEPALIVE_PODS)
-        # engines are reached at http://<pod IP>:<port> (logic/pods.endpoint): no TLS to set up
-        self._http = httpx.Client(
-            timeout=settings.engine_timeout, limits=limits, transport=transport, verify=never_used()
+    def __init__(self, settings: Settings) -> None:
+        # In-flight calls are bounded by the fan-out pools, not by the connection pools. Each
+        # pod keeps up to load_concurrency idle connections (a reload's burst into one pod) for
+        # the next fan-out; a pod's pool outlives its longest call (two engine timeouts at least).
+        pools = PodPools(
+            keepalive_per_pod=settings.load_concurrency,
+            idle_after_s=max(POD_POOL_IDLE_S, 2 * settings.engine_timeout),
         )
+        # engines are reached at http://<pod IP>:<port> (logic/pods.endpoint): no TLS to set up
+        self._http = httpx.Client(timeout=settings.engine_timeout, transport=pools, verify=never_used())
         self._concurrency = settings.load_concurrency
 
     def healthy(self, endpoint: Endpoint) -> bool:
