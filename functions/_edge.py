@@ -31,10 +31,10 @@ import functions_framework
 from cloudevents.conversion import to_binary
 from cloudevents.exceptions import GenericException
 from cloudevents.http import CloudEvent, from_http
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from events.records import Invalid, Record
 from functions.errors import Reject, Retryable, Unauthorized
+from functions.metrics import CONTENT_TYPE
 from functions.observability import EVENTS, REGISTRY, STEP_SECONDS, configure_logging
 from functions.settings import Settings
 
@@ -228,7 +228,7 @@ def _answer(result: Reply) -> tuple[flask.Response, str]:
 
 def _probe(request: flask.Request) -> flask.Response:
     if request.path.rstrip("/") == "/metrics":
-        return flask.Response(generate_latest(REGISTRY), 200, mimetype=CONTENT_TYPE_LATEST)
+        return flask.Response(REGISTRY.exposition(), 200, content_type=CONTENT_TYPE)
     return flask.Response("ok\n", 200, mimetype="text/plain")
 
 

@@ -1,4 +1,4 @@
-"""Prometheus metrics and JSON logs shared by every function.
+"""Prometheus metrics (`functions.metrics`) and JSON logs shared by every function.
 
 Metric names follow Prometheus conventions (`loraflow_` prefix, `_total` counters,
 `_seconds` histograms). Each function process exposes them at `GET /metrics`.
@@ -11,9 +11,9 @@ import logging
 import sys
 from typing import Any
 
-from prometheus_client import CollectorRegistry, Counter, Histogram
+from functions.metrics import Counter, Histogram, Registry
 
-REGISTRY = CollectorRegistry(auto_describe=True)
+REGISTRY = Registry()
 
 EVENTS = Counter(
     "loraflow_events_total",

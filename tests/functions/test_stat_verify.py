@@ -213,7 +213,7 @@ def test_conflicting_writer_loses_no_field(world: World) -> None:
     flow = Flow(world)
     ns, directory = setup_adapter(world, flow)
     upload_both(world, directory)
-    conflicts = KUBE_CONFLICTS.labels("loraadapters")._value.get()
+    conflicts = KUBE_CONFLICTS.labels("loraadapters").value
     fault = world.kube.inject(None, times=1, verb="patch", resource="loraadapters/status", delay_s=0.5)
     result: dict[str, Any] = {}
 
@@ -237,7 +237,7 @@ def test_conflicting_writer_loses_no_field(world: World) -> None:
     )
     worker.join(10)
     world.kube.clear_faults()
-    assert KUBE_CONFLICTS.labels("loraadapters")._value.get() > conflicts
+    assert KUBE_CONFLICTS.labels("loraadapters").value > conflicts
     assert ADAPTER_READY in [r["type"] for r in result["replies"]]
     assert status_of(world, ns) == {**expected_status(directory), "usedBy": ["deployment-1"]}
 
