@@ -280,6 +280,36 @@ def _children(pid: int) -> list[int]:
     return found
 
 
+def adopt_orphans() -> None:
+    """Make this process the reaper of its orphaned descendants (Linux PR_SET_CHILD_SUBREAPER),
+    so that `kill_tree` can reap a killed arbiter's workers itself: here PID 1 reaps nothing."""
+    import ctypes
+
+    pr_set_child_subreaper = 36
+    ctypes.CDLL(None, use_errno=True).prctl(pr_set_child_subreaper, 1, 0, 0, 0)
+
+
+def kill_tree(process: Any) -> None:
+    """SIGKILL a spawned process and its descendants (gunicorn's workers), and reap them all
+    (the workers are ours to reap after `adopt_orphans`). The arbiter goes first, so that it
+    cannot fork a new worker for one that died."""
+    import signal
+
+    todo, found = _children(process.pid), []
+    while todo:
+        child = todo.pop()
+        found.append(child)
+        todo += _children(child)
+    with contextlib.suppress(ProcessLookupError):
+        process.kill()
+    process.wait(10)
+    for pid in found:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+        with contextlib.suppress(ChildProcessError):
+            os.waitpid(pid, 0)
+
+
 def peak_rss_mib(pid: int) -> float:
     """Largest VmHWM (peak resident set), MiB, of a live process and its descendants.
 
