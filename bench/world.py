@@ -13,6 +13,7 @@ import hashlib
 import json
 import logging
 import os
+import signal
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -220,8 +221,6 @@ def function_process(name: str) -> Iterator[str]:
     """`name` served by functions-framework in its own process, as one Knative Service's pod
     is in a cluster (its Python does not share a GIL with the stand-ins); configured by the
     environment `world()` set. Yields its URL; the process is stopped on exit."""
-    import signal
-
     port = free_port()
     process = spawn(name, ROOT / "main.py", port)
     url = f"http://127.0.0.1:{port}/"
@@ -280,6 +279,16 @@ def _children(pid: int) -> list[int]:
     return found
 
 
+def _descendants(pid: int) -> list[int]:
+    found: list[int] = []
+    todo = _children(pid)
+    while todo:
+        child = todo.pop()
+        found.append(child)
+        todo += _children(child)
+    return found
+
+
 def adopt_orphans() -> None:
     """Make this process the reaper of its orphaned descendants (Linux PR_SET_CHILD_SUBREAPER),
     so that `kill_tree` can reap a killed arbiter's workers itself: here PID 1 reaps nothing."""
@@ -293,13 +302,7 @@ def kill_tree(process: Any) -> None:
     """SIGKILL a spawned process and its descendants (gunicorn's workers), and reap them all
     (the workers are ours to reap after `adopt_orphans`). The arbiter goes first, so that it
     cannot fork a new worker for one that died."""
-    import signal
-
-    todo, found = _children(process.pid), []
-    while todo:
-        child = todo.pop()
-        found.append(child)
-        todo += _children(child)
+    found = _descendants(process.pid)
     with contextlib.suppress(ProcessLookupError):
         process.kill()
     process.wait(10)
@@ -316,11 +319,6 @@ def peak_rss_mib(pid: int) -> float:
     `python -m functions_framework` serves through gunicorn when it is installed: the process
     we spawned is the arbiter and the requests are handled by a forked worker, whose peak is
     the one that matters (the arbiter's alone stays at its start-up size)."""
-    peaks = [_hwm_mib(pid)]
-    todo = _children(pid)
-    while todo:
-        child = todo.pop()
-        peaks.append(_hwm_mib(child))
-        todo += _children(child)
+    peaks = [_hwm_mib(p) for p in [pid, *_descendants(pid)]]
     finite = [p for p in peaks if p == p]
     return max(finite) if finite else float("nan")

@@ -6,10 +6,10 @@ import json
 from typing import Any
 
 import httpx
-from cloudevents.http import from_http
 
-from events.domain import ADAPTER_DRIFTED, ADAPTER_READY, STEP_EXTENSION
+from events.domain import ADAPTER_READY
 from functions.resources.kinds import MODEL_DEPLOYMENT, MODEL_DEPLOYMENT_LABEL, VLLM_ADAPTER
+from tests.functions.test_load_faults import drifted, reply_pods
 
 
 def make_adapter(world: Any, ns: str, name: str, rank: int = 16) -> None:
@@ -20,6 +20,20 @@ def make_adapter(world: Any, ns: str, name: str, rank: int = 16) -> None:
     world.upload(f"/loraadapters/{ns}/m1/{name}/adapter_model.safetensors", b"weights")
     world.create(VLLM_ADAPTER, ns, {"metadata": {"name": name}, "spec": {"model": "m1"}})
     world.mark_ready(ns, name, f"/loraadapters/{ns}/m1/{name}/")
+
+
+def deployment(world: Any, ns: str, adapter: str, replicas: int) -> list[str]:
+    """ModelDeployment d1 naming `adapter`, its pods running; their names, sorted."""
+    world.create(
+        MODEL_DEPLOYMENT,
+        ns,
+        {
+            "metadata": {"name": "d1"},
+            "spec": {"model": "m1", "replicas": replicas, "loraAdapters": [adapter]},
+        },
+    )
+    world.workload.sync()
+    return sorted(p["metadata"]["name"] for p in world.workload.pods(ns, f"{MODEL_DEPLOYMENT_LABEL}=d1"))
 
 
 def state(world: Any, ns: str, pod: str) -> dict[str, Any]:
@@ -36,16 +50,10 @@ def loaded_condition(world: Any, ns: str, name: str) -> dict[str, Any]:
 def test_ready_adapter_loaded_into_every_replica(world: Any) -> None:
     ns = world.namespace()
     make_adapter(world, ns, "a1")
-    world.create(
-        MODEL_DEPLOYMENT,
-        ns,
-        {"metadata": {"name": "d1"}, "spec": {"model": "m1", "replicas": 3, "loraAdapters": ["a1"]}},
-    )
-    world.workload.sync()
+    pods = deployment(world, ns, "a1", replicas=3)
     event = world.event(ADAPTER_READY, world.adapter_data(VLLM_ADAPTER, ns, "a1"))
     response = world.post("load", event)
     assert response.status_code == 200, response.text
-    pods = [p["metadata"]["name"] for p in world.workload.pods(ns, f"{MODEL_DEPLOYMENT_LABEL}=d1")]
     assert len(pods) == 3
     for pod in pods:
         assert "a1" in state(world, ns, pod)["loaded"]
@@ -62,13 +70,7 @@ def test_a_new_adapter_is_loaded_without_listing_a_drifted_one_after(world: Any)
     (most pods have it) lists every pod first and loads only where it is missing."""
     ns = world.namespace()
     make_adapter(world, ns, "a1")
-    world.create(
-        MODEL_DEPLOYMENT,
-        ns,
-        {"metadata": {"name": "d1"}, "spec": {"model": "m1", "replicas": 3, "loraAdapters": ["a1"]}},
-    )
-    world.workload.sync()
-    pods = sorted(p["metadata"]["name"] for p in world.workload.pods(ns, f"{MODEL_DEPLOYMENT_LABEL}=d1"))
+    pods = deployment(world, ns, "a1", replicas=3)
     replicas = [world.workload.replica(ns, pod) for pod in pods]
     ready = world.event(ADAPTER_READY, world.adapter_data(VLLM_ADAPTER, ns, "a1"))
     assert world.post("load", ready).status_code == 200
@@ -82,11 +84,7 @@ def test_a_new_adapter_is_loaded_without_listing_a_drifted_one_after(world: Any)
 
     lost = replicas[1]
     assert httpx.post(lost.url + "/v1/unload_lora_adapter", json={"lora_name": "a1"}).status_code == 200
-    data = world.adapter_data(VLLM_ADAPTER, ns, "a1", step="load", reason="not loaded in 1 pod")
-    nudge = world.event(ADAPTER_DRIFTED, data, **{STEP_EXTENSION: "load"})
-    response = world.post("load", nudge)
-    assert response.status_code == 200, response.text
-    assert from_http(dict(response.headers), response.content).get_data()["pods"] == [pods[1]]
+    assert reply_pods(drifted(world, ns)) == [pods[1]]
     assert [(r.calls["models"], r.calls["load"]) for r in replicas] == [(1, 2), (1, 3), (1, 2)]
     assert all("a1" in r.loaded for r in replicas)
     assert loaded_condition(world, ns, "a1")["status"] == "True"
@@ -95,17 +93,11 @@ def test_a_new_adapter_is_loaded_without_listing_a_drifted_one_after(world: Any)
 def test_rank_too_high_never_calls_engine(world: Any) -> None:
     ns = world.namespace()
     make_adapter(world, ns, "big", rank=128)
-    world.create(
-        MODEL_DEPLOYMENT,
-        ns,
-        {"metadata": {"name": "d1"}, "spec": {"model": "m1", "replicas": 1, "loraAdapters": ["big"]}},
-    )
-    world.workload.sync()
+    (pod,) = deployment(world, ns, "big", replicas=1)
     response = world.post("load", world.event(ADAPTER_READY, world.adapter_data(VLLM_ADAPTER, ns, "big")))
     assert response.status_code == 204, response.text
     condition = loaded_condition(world, ns, "big")
     assert (condition["status"], condition["reason"]) == ("False", "RankTooHigh")
-    pod = world.workload.pods(ns, f"{MODEL_DEPLOYMENT_LABEL}=d1")[0]["metadata"]["name"]
     calls = state(world, ns, pod)["calls"]
     assert isinstance(calls, dict)
     assert not [route for route, count in calls.items() if "load_lora" in route and count], calls
