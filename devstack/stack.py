@@ -204,6 +204,7 @@ class Stack:
             "KUBECONFIG": str(self._kubeconfig_for("loraflow-functions")),
             "LORAFLOW_STORAGE": "filer",
             "LORAFLOW_FILER_URL": self.filer.url,
+            "LORAFLOW_LOOPBACK_ENGINES": "allow",  # the engine stand-ins listen on 127.0.0.x
             "LORAFLOW_MOUNT_ROOT": str(self.mount_root),
             "LORAFLOW_BROKER_URL": self.broker.url,
             "K_SINK": self.broker.url,

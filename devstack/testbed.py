@@ -205,6 +205,7 @@ def testbed(
         settings = {
             "KUBECONFIG": str(functions_config),
             "LORAFLOW_FILER_URL": filer.url,
+            "LORAFLOW_LOOPBACK_ENGINES": "allow",  # the engine stand-ins listen on 127.0.0.x
             "LORAFLOW_MOUNT_ROOT": str(data_dir),
             "LORAFLOW_ENGINE_TIMEOUT": str(engine_timeout),
             "LORAFLOW_BROKER_URL": sink.url,

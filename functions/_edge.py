@@ -7,6 +7,7 @@
 | Reject (never processable)     | 400 + a message naming the problem     |
 | Unauthorized (webhook token)   | 401                                    |
 | Retryable (dependency, race)   | 503 (the Broker redelivers)            |
+| Refused (RBAC, validation)     | 204, logged once as a warning          |
 | anything else (a bug)          | 500                                    |
 
 An empty body or a real CloudEvent is all a Knative broker accepts from a subscriber (a
@@ -20,9 +21,6 @@ import json
 import logging
 import time
 from collections.abc import Callable, Collection
-from dataclasses import dataclass, field
-from datetime import UTC, datetime
-from functools import cache, partial
 from typing import Any, TypeVar
 from uuid import uuid4
 
@@ -33,10 +31,10 @@ from cloudevents.exceptions import GenericException
 from cloudevents.http import CloudEvent, from_http
 
 from events.records import Invalid, Record
-from functions.errors import Reject, Retryable, Unauthorized
+from functions.edge.bootstrap import Deps, deps, reset_deps
+from functions.errors import Refused, Reject, Retryable, Unauthorized
 from functions.metrics import CONTENT_TYPE
-from functions.observability import EVENTS, REGISTRY, STEP_SECONDS, configure_logging
-from functions.settings import Settings
+from functions.observability import EVENTS, REGISTRY, STEP_SECONDS
 
 log = logging.getLogger("loraflow.edge")
 
@@ -44,69 +42,10 @@ MAX_BODY_BYTES = 4 << 20
 """A Kubernetes object is at most ~1.5 MiB; anything much larger is not an event for us."""
 
 Reply = CloudEvent | None
-Handler = Callable[[CloudEvent, "Deps"], Reply]
-WebhookHandler = Callable[[flask.Request, "Deps"], Reply]
+Handler = Callable[[CloudEvent, Deps], Reply]
+WebhookHandler = Callable[[flask.Request, Deps], Reply]
 P = TypeVar("P", bound=Record)
-
-
-@dataclass
-class Deps:
-    """Everything a handler talks to, built once per process (lazily, never at import)."""
-
-    settings: Settings
-    clock: Callable[[], datetime] = field(default=lambda: datetime.now(UTC))
-    _cache: dict[str, Any] = field(default_factory=dict)
-
-    def _once(self, key: str, build: Callable[[], Any]) -> Any:
-        if key not in self._cache:
-            self._cache[key] = build()
-        return self._cache[key]
-
-    @property
-    def kube(self) -> Any:
-        from functions.adapters.kube import Kube, connect
-
-        return self._once("kube", lambda: Kube(connect(self.settings.kubeconfig)))
-
-    @property
-    def storage(self) -> Any:
-        from functions.adapters.storage import build_storage
-
-        return self._once("storage", lambda: build_storage(self.settings))
-
-    @property
-    def configs(self) -> Any:
-        """adapter_config.json contents, cached by content for the process's life."""
-        from functions.adapters.storage import ContentCache
-        from functions.logic.adapter_config import CONFIG_MAX_BYTES
-
-        def build() -> Any:
-            return ContentCache(partial(self.storage.read_small, max_bytes=CONFIG_MAX_BYTES))
-
-        return self._once("configs", build)
-
-    @property
-    def engines(self) -> Any:
-        from functions.adapters.engines import Engines
-
-        return self._once("engines", lambda: Engines(self.settings))
-
-    @property
-    def broker(self) -> Any:
-        from functions.adapters.broker import Broker
-
-        return self._once("broker", lambda: Broker(self.settings.broker_url))
-
-
-@cache
-def deps() -> Deps:
-    configure_logging()
-    return Deps(Settings.from_env())
-
-
-def reset_deps() -> None:
-    """Forget the cached clients (tests change the environment between cases)."""
-    deps.cache_clear()
+__all__ = ["Deps", "Reply", "data_as", "deps", "function", "parse", "reply", "reset_deps"]
 
 
 # -- parsing ---------------------------------------------------------------------------------
@@ -171,6 +110,7 @@ def function(
             return _probe(request)
         started = time.perf_counter()
         event: CloudEvent | None = None
+        refusal = ""
         try:
             if webhook is not None and not _looks_like_cloudevent(request):
                 result = webhook(request, deps())
@@ -185,6 +125,10 @@ def function(
             response, outcome = flask.Response(str(err) + "\n", code, mimetype="text/plain"), "rejected"
         except Retryable as err:
             response, outcome = flask.Response(str(err) + "\n", 503, mimetype="text/plain"), "retry"
+        except Refused as err:
+            # answered no on purpose (RBAC, validation, size): no retry changes it, no crash to
+            # log. 204: a Knative broker takes any other 2xx body for a failed delivery.
+            response, outcome, refusal = flask.Response(status=204), "refused", str(err)
         except Exception:
             log.exception("Handler crashed", extra=_context(name, event))
             response, outcome = flask.Response("internal error\n", 500, mimetype="text/plain"), "error"
@@ -192,8 +136,8 @@ def function(
         event_type = event["type"] if event is not None else "webhook"
         EVENTS.labels(name, event_type if outcome != "rejected" else "-", outcome).inc()
         STEP_SECONDS.labels(name).observe(elapsed)
-        level = logging.WARNING if outcome in ("rejected", "retry", "error") else logging.INFO
-        detail = response.get_data(as_text=True).strip() if response.status_code >= 400 else ""
+        level = logging.WARNING if outcome in ("rejected", "retry", "error", "refused") else logging.INFO
+        detail = refusal or (response.get_data(as_text=True).strip() if response.status_code >= 400 else "")
         log.log(
             level,
             "Handled event",

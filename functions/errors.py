@@ -1,9 +1,16 @@
-"""Our small exception hierarchy: the edge maps each family to exactly one HTTP outcome.
+"""Our exception tree: the edge maps each family to exactly one HTTP outcome.
 
-- Reject: the event can never be processed -> 400 (the Broker dead-letters it);
-  Unauthorized (a Reject) -> 401.
-- Retryable: a dependency failed or raced -> 503 (the Broker redelivers with backoff).
+    LoraflowError
+    +-- Reject (ValueError) ........ 400: the event can never be processed (dead-lettered)
+    |   +-- Unauthorized ............ 401: the webhook came without the right token
+    +-- Retryable .................. 503: a dependency failed or raced; the Broker redelivers
+    |   +-- KubeUnavailable, KubeConflict, StorageUnavailable, EngineUnavailable
+    +-- Refused .................... 204: an answer given on purpose that no retry changes
+        +-- KubeRefused ............. (403, 422, 400, etcd "request is too large")
+        +-- ConfigError ............. (a kubeconfig or setting that cannot work)
+
 A domain verdict (an MD5 mismatch, a missing Model) is not an exception: it is status.
+A Refused is logged once as a warning, never as a crash; the resync repairs what it left.
 """
 
 from __future__ import annotations
@@ -39,3 +46,19 @@ class StorageUnavailable(Retryable):
 
 class EngineUnavailable(Retryable):
     """Some engine replicas could not be reached; status says which, a retry finishes the job."""
+
+
+class Refused(LoraflowError):
+    """Something answered no on purpose (RBAC, validation, size): retrying cannot help."""
+
+
+class KubeRefused(Refused):
+    """The API refused a request for a reason a retry will not fix (403, 422, 400, too large)."""
+
+    def __init__(self, message: str, status: int = 0) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+class ConfigError(Refused):
+    """A kubeconfig, credential or setting that cannot work as given."""

@@ -20,6 +20,7 @@ from events.domain import ADAPTER_DRIFTED, STEP_EXTENSION, AdapterDrifted, Adapt
 from events.external import PING, PingData
 from functions import _edge
 from functions._edge import Deps
+from functions.adapters.concurrency import bounded_map
 from functions.logic import drift, targets
 from functions.logic.pods import Endpoint, endpoint
 from functions.resources.kinds import (
@@ -60,7 +61,9 @@ def observe(deps: Deps) -> drift.Snapshot:
             located.append((which, (targets.namespace_of(pod), str(md or isvc)), ep))
     listings: dict[Endpoint, dict[str, str] | None] = {}
     if located:  # no serving pod, no engine client: a tick in an idle cluster pays for none
-        listings = dict(deps.engines.fan_out([ep for _, _, ep in located], deps.engines.listing))
+        width = deps.settings.load_concurrency
+        listed = bounded_map([ep for _, _, ep in located], deps.engines.listing, width)
+        listings = {ep: found if isinstance(found, dict) else None for ep, found in listed}
     grouped: dict[str, dict[drift.TargetKey, dict[str, Any]]] = {
         "md": defaultdict(dict),
         "isvc": defaultdict(dict),

@@ -70,6 +70,7 @@ def deps_for(source: Any) -> Deps:
         mount_root=str(source.mount_root),
         kubeconfig=str(source.admin_kubeconfig),
         engine_timeout=5.0,
+        loopback_engines="allow",
     )
     return Deps(settings)
 
