@@ -21,7 +21,7 @@ from events.external import PING, PingData
 from functions import _edge
 from functions._edge import Deps
 from functions.adapters.concurrency import bounded_map
-from functions.logic import drift, targets
+from functions.logic import drift, facts
 from functions.logic.pods import Endpoint, endpoint
 from functions.resources.kinds import (
     ADAPTER_KINDS,
@@ -51,20 +51,20 @@ def handle(event: CloudEvent, deps: Deps) -> _edge.Reply:
 
 def observe(deps: Deps) -> drift.Snapshot:
     kube = deps.kube
-    located: list[tuple[str, drift.TargetKey, Endpoint]] = []
+    located: list[tuple[str, drift.Namespaced, Endpoint]] = []
     for pod in kube.iter(POD, None, f"{SERVING_LABEL}=true"):
         labels = (pod.get("metadata") or {}).get("labels") or {}
         md, isvc = labels.get(MODEL_DEPLOYMENT_LABEL), labels.get(INFERENCE_SERVICE_LABEL)
         ep = endpoint(pod, "vllm" if md else "sglang")
         if ep is not None and (md or isvc):
             which = "md" if md else "isvc"
-            located.append((which, (targets.namespace_of(pod), str(md or isvc)), ep))
+            located.append((which, (facts.namespace_of(pod), str(md or isvc)), ep))
     listings: dict[Endpoint, dict[str, str] | None] = {}
     if located:  # no serving pod, no engine client: a tick in an idle cluster pays for none
         width = deps.settings.load_concurrency
         listed = bounded_map([ep for _, _, ep in located], deps.engines.listing, width)
         listings = {ep: found if isinstance(found, dict) else None for ep, found in listed}
-    grouped: dict[str, dict[drift.TargetKey, dict[str, Any]]] = {
+    grouped: dict[str, dict[drift.Namespaced, dict[str, Any]]] = {
         "md": defaultdict(dict),
         "isvc": defaultdict(dict),
     }

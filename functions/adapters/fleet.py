@@ -283,22 +283,13 @@ def _adapters(
 
     def read(key: AdapterKey) -> adapter_config.ConfigVerdict:
         obj = objects[key]
-        directory = facts.storage_dir(obj) or ""
-        path = directory.rstrip("/") + "/" + adapter_config.CONFIG_FILE
-        return adapter_config.check(deps.configs.get(path, config_md5(obj, path)), RANK_UNBOUNDED)
+        path = facts.config_path(obj)
+        raw = deps.configs.get(path, facts.config_md5(obj)) if path else None
+        return adapter_config.check(raw, RANK_UNBOUNDED)
 
     for key, verdict in bounded_map(needs_config, read, deps.settings.load_concurrency):
         adapters[key] = adapters[key]._replace(config=verdict)
     return adapters
-
-
-def config_md5(obj: Obj, path: str) -> str | None:
-    """The MD5 stat observed for the adapter's config (status.integrity.files), if any."""
-    integrity = facts.status(obj).get("integrity")
-    files = integrity.get("files") if isinstance(integrity, dict) else None
-    observed = files.get(path) if isinstance(files, dict) else None
-    md5 = observed.get("md5") if isinstance(observed, dict) else None
-    return md5 if isinstance(md5, str) and md5 else None
 
 
 def _with_listings(deps: Deps, world: World, endpoints: Mapping[tuple[TargetKey, str], Endpoint]) -> World:
@@ -440,11 +431,6 @@ def reports(
     }
 
 
-def redacted(adapter: Adapter) -> bool:
-    """An sglang adapter in another namespace than its InferenceService sees counts, not pods."""
-    return adapter.target is not None and adapter.target.namespace != adapter.key.namespace
-
-
 class Reported(NamedTuple):
     report: ServingReport
     written: Written | None
@@ -482,7 +468,7 @@ def write_statuses(deps: Deps, observed: Observed, executed: Executed) -> dict[A
                 return vllm_status(status, serving_report, used_by[key], planned.serve, generation, now)
             served = planned.serve == "serve"
             return sglang_status(
-                status, report, planned.lora_path, generation, now, redacted(planned), served
+                status, report, planned.lora_path, generation, now, serving.redacted(planned), served
             )
 
         return deps.kube.write_status(
@@ -533,7 +519,7 @@ def run(deps: Deps, request: Request, component: str) -> Result:
         loaded = facts.condition(written.obj, reasons.LOADED)
         if loaded is None or loaded.get("status") == "True" or loaded.get("reason") not in WARNED:
             continue
-        message = describe_failures(item.report.targets, redacted(executed.before.adapters[key]))
+        message = describe_failures(item.report.targets, serving.redacted(executed.before.adapters[key]))
         deps.kube.record_event(written.obj, "Warning", reasons.EVENT_LOAD_FAILED, message, component, now)
     warn_targets(deps, observed, executed, component)
     return result

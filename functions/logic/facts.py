@@ -9,12 +9,14 @@ inside the pods is out of our sight).
 from __future__ import annotations
 
 import hashlib
+import posixpath
 from collections.abc import Mapping
 from typing import Any
 
+from functions.errors import Reject
 from functions.logic import reasons
-from functions.logic.adapter_config import ConfigVerdict
-from functions.logic.paths import adapter_dir, engine_path, is_label, is_subdomain
+from functions.logic.adapter_config import CONFIG_FILE, ConfigVerdict
+from functions.logic.paths import STORAGE_ROOT, adapter_dir, engine_path, is_label, is_subdomain, is_under
 from functions.logic.serving import Adapter, AdapterKey, Serve, Target, TargetKey
 
 Obj = Mapping[str, Any]
@@ -80,13 +82,29 @@ def storage_dir(obj: Obj) -> str | None:
     """status.storageRef.path (set by admit), else the vllm layout; None for names that cannot be a path."""
     ref = status(obj).get("storageRef")
     path = ref.get("path") if isinstance(ref, Mapping) else None
-    if isinstance(path, str) and path:
+    if isinstance(path, str) and is_under(path, STORAGE_ROOT):
         return path
     model = str(spec(obj).get("model") or "")
     namespace, name = namespace_of(obj), name_of(obj)
     if not (is_label(namespace) and is_subdomain(model) and is_subdomain(name)):
         return None
     return adapter_dir(namespace, model, name)
+
+
+def config_path(obj: Obj) -> str | None:
+    """Where a vllm adapter's adapter_config.json is in storage."""
+    directory = storage_dir(obj)
+    return posixpath.join(directory, CONFIG_FILE) if directory else None
+
+
+def config_md5(obj: Obj) -> str | None:
+    """The MD5 stat observed for the adapter's config (status.integrity.files), if any."""
+    path = config_path(obj)
+    integrity = status(obj).get("integrity")
+    files = integrity.get("files") if isinstance(integrity, Mapping) else None
+    observed = files.get(path) if isinstance(files, Mapping) and path else None
+    md5 = observed.get("md5") if isinstance(observed, Mapping) else None
+    return md5 if isinstance(md5, str) and md5 else None
 
 
 def vllm_serve(obj: Obj) -> tuple[Serve, str]:
@@ -115,7 +133,11 @@ def vllm_serve(obj: Obj) -> tuple[Serve, str]:
 def vllm_adapter(obj: Obj, mount_root: str, config: ConfigVerdict | None = None) -> Adapter:
     directory = storage_dir(obj)
     serve, fs = vllm_serve(obj)
-    if directory is None:
+    try:
+        lora_path = engine_path(mount_root, directory) if directory else ""
+    except Reject:  # a storage path that escapes the mount: never a path an engine reads
+        lora_path = ""
+    if not lora_path:
         serve = "drop"
     served = {
         str(item.get("pod")): str(item.get("fileSet"))
@@ -128,7 +150,7 @@ def vllm_adapter(obj: Obj, mount_root: str, config: ConfigVerdict | None = None)
         uid=str(m.get("uid") or ""),
         created=str(m.get("creationTimestamp") or ""),
         lora_name=name_of(obj),
-        lora_path=engine_path(mount_root, directory) if directory else "",
+        lora_path=lora_path,
         file_set=fs,
         serve=serve,
         deleting=deleting(obj),

@@ -416,6 +416,10 @@ def plan_pod(world: World, desire: Desire, pod: Pod, scope: Scope) -> list[Actio
             if not scope.covers(claim.adapter) or not claim.load:
                 continue
             state = "absent" if listing is None else pod_state(world, claim, listing, pod.name)
+            if state == "occupied" and listing is not None:
+                holder = owner_of_copy(world, pod.target, lora, listing[lora])
+                if holder is not None and holder != claim.adapter:
+                    state = "stale"  # a younger claimant's copy: the owner takes its name back
             if state in ("absent", "stale"):
                 op: Op = "load" if state == "absent" else "replace"
                 actions.append(
@@ -563,3 +567,9 @@ def retryable(reports: Iterable[ServingReport]) -> bool:
         for p in t.pods
         if p.state in ("failed", "unreachable")
     )
+
+
+def redacted(adapter: Adapter) -> bool:
+    """An sglang adapter in another namespace than its InferenceService is told counts and
+    reasons, never that namespace's pods, paths or engine answers."""
+    return adapter.target is not None and adapter.target.namespace != adapter.key.namespace
