@@ -129,6 +129,12 @@ def classify_unload(response: httpx.Response) -> CallResult:
     return CallResult(False, "UnloadFailed", f"HTTP {response.status_code}: {message}", retryable=retryable)
 
 
+def adapters_listed(body: bytes) -> dict[str, str]:
+    """The adapters of a `GET /v1/models` answer, name -> path (the cards with a `parent`)."""
+    cards = json.loads(body).get("data") or []
+    return {str(c["id"]): str(c.get("root") or "") for c in cards if isinstance(c, dict) and c.get("parent")}
+
+
 class Engines:
     def __init__(self, settings: Settings) -> None:
         # In-flight calls are bounded by the fan-out pools, not by the connection pools. Each
@@ -154,15 +160,12 @@ class Engines:
         try:
             response = self._http.get(endpoint.url + "/v1/models")
             response.raise_for_status()
-            cards = response.json().get("data") or []
+            return adapters_listed(response.content)
         except (httpx.HTTPError, ValueError, AttributeError):
             ENGINE_FAILURES.labels(endpoint.runtime, "list", "unreachable").inc()
             return None
         finally:
             ENGINE_SECONDS.labels(endpoint.runtime, "list").observe(time.perf_counter() - started)
-        return {
-            str(c["id"]): str(c.get("root") or "") for c in cards if isinstance(c, dict) and c.get("parent")
-        }
 
     def load(self, endpoint: Endpoint, name: str, path: str) -> CallResult:
         protocol = PROTOCOLS[endpoint.runtime]
