@@ -145,8 +145,8 @@ def status_now(obj: dict[str, Any], observed: list[StoredFile]) -> Callable[[], 
     """Validate, decide (production stat.decide), serialize: the production models."""
 
     def run() -> object:
-        adapter = LoRAAdapter.parse(obj)
-        return stat.decide(adapter, observed, NOW, len(observed)).to_json()
+        adapter = LoRAAdapter.model_validate(obj)
+        return stat.decide(adapter, observed, NOW, len(observed)).to_wire()
 
     return run
 
