@@ -33,7 +33,7 @@ BENCHMARKS: dict[str, int] = {
     "resync_scale": 8,
     "models": 10,
 }
-OPTIONAL = {"upload_latency": 1, "throughput": 9}
+OPTIONAL = {"upload_latency": 1, "throughput": 9, "pipeline_cold": 11}
 """Need the embedded stack (devstack.stack); run when their module exists."""
 
 
