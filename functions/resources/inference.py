@@ -6,12 +6,12 @@ from typing import Any, Literal
 
 from pydantic import Field
 
+from functions.resources.kinds import INFERENCE_GROUP as GROUP
+from functions.resources.kinds import VERSION
 from functions.resources.meta import Condition, ObjectMeta
 from functions.resources.rackai import WorkloadStatus
 from functions.resources.wire import WireModel
 
-GROUP = "inference.rackai.rackspace.com"
-VERSION = "v1alpha1"
 API_VERSION = f"{GROUP}/{VERSION}"
 
 Runtime = Literal["sglang", "vllm", "tgi", "triton"]

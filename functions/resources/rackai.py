@@ -6,11 +6,11 @@ from typing import Literal
 
 from pydantic import Field
 
+from functions.resources.kinds import RACKAI_GROUP as GROUP
+from functions.resources.kinds import VERSION
 from functions.resources.meta import Condition, ObjectMeta, Quantity
 from functions.resources.wire import WireModel
 
-GROUP = "rackai.rackspace.com"
-VERSION = "v1alpha1"
 API_VERSION = f"{GROUP}/{VERSION}"
 
 Phase = Literal["Pending", "Processing", "Ready", "Failed"]
