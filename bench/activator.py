@@ -103,6 +103,21 @@ class Revision:
         self._logs.append((self.log_dir / f"{self.name}.log").open("ab"))
         return self._logs[-1]
 
+    def memory_mib(self) -> float:
+        """Memory of the running pod's processes (gunicorn's arbiter and worker), MiB, as their
+        proportional set sizes (pages the fork shares counted once); 0 when scaled to zero."""
+        process = self._process
+        if process is None:
+            return 0.0
+        total_kib = 0
+        for pid in [process.pid, *w.descendants(process.pid)]:
+            try:
+                rollup = Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines()
+            except OSError:
+                continue
+            total_kib += next((int(line.split()[1]) for line in rollup if line.startswith("Pss:")), 0)
+        return total_kib / 1024
+
     def scale_to_zero(self) -> None:
         with self._lock:
             process, self._process, self._url = self._process, None, None

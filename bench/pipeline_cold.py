@@ -82,6 +82,9 @@ def run(smoke: bool) -> Result:
         for i, name in enumerate(names[1:]):
             mode = "cold" if i % 2 == 0 else "warm"
             runs[mode].append(_one(stack, probe, name, cold=mode == "cold"))
+        # what a pod kept warm holds: the function's processes (gunicorn's arbiter and worker)
+        # after serving the runs above
+        memory = {n: round(stack.activated.revisions[n].memory_mib(), 1) for n in COLD}
     cold = median_of([r["served_s"] for r in runs["cold"]]) * 1000
     warm = median_of([r["served_s"] for r in runs["warm"]]) * 1000
     each_started = all(set(r["started"].values()) == {1} for r in runs["cold"])
@@ -103,6 +106,7 @@ def run(smoke: bool) -> Result:
             "cold_ready_median_ms": round(cold_ready, 1),
             "warm_ready_median_ms": round(warm_ready, 1),
             "started_per_cold_run": [r["started"] for r in runs["cold"]],
+            "pss_mib_after_runs": memory,
             "environment": environment,
             "repeats": repeats,
         },
