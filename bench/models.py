@@ -26,6 +26,7 @@ from typing import Any
 
 from bench.common import Result, median_of
 from bench.reference import resources as ref
+from devstack.engines.vllm import VllmReplica
 from functions import stat
 from functions.adapters.engines import adapters_listed
 from functions.adapters.storage import StoredFile
@@ -102,42 +103,15 @@ def stored_adapter(files: int, declared: int) -> dict[str, Any]:
 
 
 def models_answer(adapters: int) -> bytes:
-    """vLLM's `GET /v1/models` (vllm/entrypoints/openai/protocol.py ModelList of ModelCards, as
-    serving_models.show_available_models builds it): the base model, then one card per adapter."""
-
-    def card(model_id: str, root: str, parent: str | None) -> dict[str, Any]:
-        return {
-            "id": model_id,
-            "object": "model",
-            "created": 1764496800,
-            "owned_by": "vllm",
-            "root": root,
-            "parent": parent,
-            "max_model_len": None if parent else 8192,
-            "permission": [
-                {
-                    "id": f"modelperm-{model_id}",
-                    "object": "model_permission",
-                    "created": 1764496800,
-                    "allow_create_engine": False,
-                    "allow_sampling": True,
-                    "allow_logprobs": True,
-                    "allow_search_indices": False,
-                    "allow_view": True,
-                    "allow_fine_tuning": False,
-                    "organization": "*",
-                    "group": None,
-                    "is_blocking": False,
-                }
-            ],
-        }
-
-    cards = [card(MODEL, "/models/llama3-8b", None)]
-    cards += [
-        card(f"adapter-{i}", f"/mnt/seaweedfs/loraadapters/{NAMESPACE}/{MODEL}/adapter-{i}", MODEL)
+    """A vLLM replica's `GET /v1/models` with `adapters` adapters loaded, as the engine stand-in
+    writes it (vLLM's ModelList: the base model's card, then one per adapter, each with fields
+    we do not read: object, created, owned_by, max_model_len, permission)."""
+    loaded = {
+        f"adapter-{i}": f"/mnt/seaweedfs/loraadapters/{NAMESPACE}/{MODEL}/adapter-{i}"
         for i in range(adapters)
-    ]
-    return json.dumps({"object": "list", "data": cards}).encode()
+    }
+    replica = VllmReplica(served_model=MODEL, static_adapters=loaded)
+    return json.dumps(replica.models_payload()).encode()
 
 
 # -- the two sides ---------------------------------------------------------------------------

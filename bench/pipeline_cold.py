@@ -18,48 +18,32 @@ Reported (no target); every cold run must have started each of the four once.
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 from bench import cold_start
 from bench import world as w
 from bench.activator import ActivatedStack
 from bench.common import Result, median_of
-from bench.upload_latency import Probe, _create_adapter, _deployment, _files, _md5s, _ready_pods
+from bench.upload_latency import Probe, _deployment, _measure_one, _ready_pods
 
 COLD = ("admit", "stat", "verify", "load")
 REPLICAS = 3
 
 
 def _one(stack: ActivatedStack, probe: Probe, name: str, cold: bool) -> dict[str, Any]:
-    files = _files(name)
-    _create_adapter(stack, name, _md5s(files))
-    first, last = list(files.items())
-    stack.filer.put_file(*first)
-    stack.settle(timeout=30, quiet=0.2)
-    assert probe.conditions(name).get("Ready") != "True"
+    """Benchmark 1's measurement, with admit, stat, verify and load stopped first when `cold`."""
     host = stack.activated
-    if cold:
-        host.scale_to_zero(COLD)
     starts = {n: host.revisions[n].starts for n in COLD}
-    ready_at: list[float] = []
-    started = time.perf_counter()
-    stack.filer.put_file(*last)
-    deadline = started + 60
-    while True:
-        conditions = probe.conditions(name)
-        if not ready_at and conditions.get("Ready") == "True":
-            ready_at.append(time.perf_counter())
-        if conditions.get("Loaded") == "True" and probe.everywhere(name):
-            done = time.perf_counter()
-            break
-        if time.perf_counter() > deadline:
-            raise AssertionError(f"{name}: not served after 60 s: {conditions}")
-        time.sleep(0.001)
-    stack.settle(timeout=30, quiet=0.2)
+
+    def scale_to_zero() -> None:
+        starts.update({n: host.revisions[n].starts for n in COLD})
+        if cold:
+            host.scale_to_zero(COLD)
+
+    ready_s, served_s = _measure_one(stack, probe, name, before_last=scale_to_zero, timeout=60)
     return {
-        "served_s": done - started,
-        "ready_s": (ready_at[0] if ready_at else done) - started,
+        "served_s": served_s,
+        "ready_s": ready_s,
         "started": {n: host.revisions[n].starts - starts[n] for n in COLD},
     }
 

@@ -26,7 +26,7 @@ from pydantic import ValidationError
 from events import catalog
 from events.domain import AdapterLoaded, AdapterRef, AdapterUnloaded, FileChanged, PodFailure
 from functions.errors import SHOWN_PROBLEMS, problems
-from functions.resources import inference, meta, rackai
+from functions.resources import inference, rackai
 
 ROOT = Path(__file__).resolve().parents[2]
 REF = {"apiVersion": "rackai.rackspace.com/v1alpha1", "namespace": "team-a", "name": "finance"}
@@ -284,19 +284,6 @@ def test_tags_follow_omitempty_where_the_seed_says_omitzero() -> None:
         assert "tags" not in model.model_validate(obj).to_wire().get("spec", {})
         kept = model.model_validate({**obj, "spec": {**spec, "tags": ["finance"]}}).to_wire()
         assert kept["spec"]["tags"] == ["finance"]
-
-
-def test_a_condition_always_writes_its_message() -> None:
-    condition = meta.Condition(
-        type="Ready", status="True", reason="Verified", last_transition_time="2026-01-01T00:00:00Z"
-    )
-    assert condition.to_wire() == {
-        "type": "Ready",
-        "status": "True",
-        "reason": "Verified",
-        "message": "",
-        "lastTransitionTime": "2026-01-01T00:00:00Z",
-    }
 
 
 def test_resources_are_immutable() -> None:
