@@ -14,8 +14,10 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import ConfigDict, Field
 from pydantic.alias_generators import to_camel
+
+from events.base import Model
 
 PREFIX = "io.loraflow"
 
@@ -38,7 +40,7 @@ NAME_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)
 LABEL_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
 
 
-class Payload(BaseModel):
+class Payload(Model):
     """Base of every payload: an immutable value (hashable when its fields are), camelCase on the
     wire (Python names accepted too), JSON's types taken strictly ("1" is not 1, 1 is not true,
     1.0 is not 1), and an unknown key is an error (a typo must not pass as an optional field)."""

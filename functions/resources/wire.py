@@ -11,8 +11,10 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import ConfigDict
 from pydantic.alias_generators import to_camel
+
+from events.base import Model
 
 
 def is_empty(value: Any) -> bool:
@@ -26,7 +28,7 @@ def is_empty(value: Any) -> bool:
     return isinstance(value, WireModel) and value.writes_nothing()
 
 
-class WireModel(BaseModel):
+class WireModel(Model):
     """A Kubernetes object or part of one, as the API server stores it.
 
     Types are as strict as the API server's schema validation: "3" is not an integer, 1 is

@@ -290,3 +290,15 @@ def test_resources_are_immutable() -> None:
     parsed = rackai.LoRAAdapter.model_validate(adapter())
     with pytest.raises(ValidationError, match="frozen"):
         parsed.spec = parsed.spec  # type: ignore[misc]
+
+
+def test_a_copy_refuses_names_that_are_not_fields() -> None:
+    """pydantic itself would keep `storageRef` as an unknown field beside `storage_ref` (both
+    written), and drop a payload's typo without a word."""
+    status = rackai.LoRAAdapterStatus()
+    with pytest.raises(TypeError, match="'storageRef'"):
+        status.model_copy(update={"storageRef": rackai.StorageRef(path="/x")})
+    with pytest.raises(TypeError, match="'nmae'"):
+        AdapterRef.model_validate(REF).model_copy(update={"nmae": "other"})
+    moved = status.model_copy(update={"storage_ref": rackai.StorageRef(path="/x")})
+    assert moved.to_wire() == {"storageRef": {"path": "/x"}}
