@@ -26,7 +26,7 @@ from typing import Any
 
 from bench.common import Result, median_of
 from bench.reference import resources as ref
-from devstack.engines.vllm import VllmReplica
+from devstack.standins.engines.vllm import VllmReplica
 from functions import stat
 from functions.adapters.engines import adapters_listed
 from functions.adapters.storage import StoredFile

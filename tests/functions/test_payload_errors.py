@@ -10,7 +10,7 @@ from __future__ import annotations
 from events.domain import ADAPTER_READY, ADAPTER_STAT_COMPLETED
 from functions.errors import SHOWN_PROBLEMS
 from functions.resources.kinds import VLLM_ADAPTER
-from tests.functions.conftest import World
+from tests.support.testbed import Testbed as World
 
 
 def test_each_bad_field_is_named_with_its_path(world: World) -> None:

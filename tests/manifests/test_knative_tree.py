@@ -24,6 +24,7 @@ import pytest
 import yaml
 
 from events.catalog import CATALOG
+from tests.support.schemas import to_json_schema
 
 ROOT = Path(__file__).resolve().parents[2]
 KNATIVE_CRDS = Path(__file__).parent / "knative-crds"
@@ -65,23 +66,6 @@ def ident(obj: Obj) -> str:
 # --- schemas -----------------------------------------------------------------------------
 
 
-def to_json_schema(node: Any) -> Any:
-    """Structural schema -> JSON Schema: nullable and int-or-string; x-kubernetes-* dropped."""
-    if isinstance(node, list):
-        return [to_json_schema(n) for n in node]
-    if not isinstance(node, dict):
-        return node
-    out = {k: to_json_schema(v) for k, v in node.items() if not k.startswith("x-kubernetes-")}
-    if node.get("x-kubernetes-int-or-string"):
-        out.pop("type", None)
-    if out.pop("nullable", False) and isinstance(out.get("type"), str):
-        out["type"] = [out["type"], "null"]
-    opaque = node.get("x-kubernetes-preserve-unknown-fields") or "additionalProperties" in node
-    if node.get("type") == "object" and "properties" in node and not opaque:
-        out["additionalProperties"] = False  # pruning would silently drop a misspelt field
-    return out
-
-
 @cache
 def knative_schemas() -> dict[tuple[str, str], Obj]:
     """(apiVersion, kind) -> openAPIV3Schema from the vendored Knative CRDs (and ours)."""
@@ -115,15 +99,6 @@ def test_kustomize_renders_every_file() -> None:
     expected |= {"ApiServerSource", "PingSource", "SinkBinding", "IntegrationSource"}
     assert expected <= kinds
     assert len(of_kind("CustomResourceDefinition")) == 5
-
-
-def test_vendored_knative_crds_match_shared_copy() -> None:
-    """The copy equals ../shared/reference/knative-crds when that directory exists."""
-    shared = ROOT.parent / "shared" / "reference" / "knative-crds"
-    if not shared.is_dir():
-        pytest.skip("../shared not beside the repository")
-    for path in shared.glob("*.yaml"):
-        assert (KNATIVE_CRDS / path.name).read_bytes() == path.read_bytes(), path.name
 
 
 @pytest.mark.parametrize("obj", [o for o in rendered() if is_custom(o)], ids=ident)

@@ -17,7 +17,7 @@ import httpx
 import pytest
 from kubernetes import client
 
-from tests.stack.conftest import eventually
+from tests.support.wait import eventually
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -11,8 +11,8 @@ import json
 
 import pytest
 
-from devstack.engines.sglang import SglangReplica
-from devstack.engines.vllm import VllmReplica
+from devstack.standins.engines.sglang import SglangReplica
+from devstack.standins.engines.vllm import VllmReplica
 from functions.adapters.engines import adapters_listed
 
 ADAPTERS = {

@@ -15,8 +15,8 @@ from typing import Any
 import pytest
 import yaml
 
-from devstack.kube import KubeServer
-from devstack.kube.tls import loopback_certificate
+from devstack.standins.kube import KubeServer
+from devstack.standins.kube.tls import loopback_certificate
 from functions.adapters import kubeconfig
 from functions.adapters.kube import Kube, connect
 from functions.adapters.kubeconfig import FileToken, KubeConfig, KubeConfigError, from_kubeconfig, in_cluster
