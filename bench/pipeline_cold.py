@@ -25,6 +25,7 @@ from bench import world as w
 from bench.activator import ActivatedStack
 from bench.common import Result, median_of
 from bench.upload_latency import Probe, _deployment, _measure_one, _ready_pods
+from tests.support.wait import eventually
 
 COLD = ("admit", "stat", "verify", "load")
 REPLICAS = 3
@@ -59,7 +60,9 @@ def run(smoke: bool) -> Result:
         deployment = f"d{REPLICAS}"
         names = [f"c{i}" for i in range(2 * repeats + 1)]  # +1: a warm-up, dropped
         _deployment(stack, REPLICAS, names)
-        assert w.wait_until(lambda: _ready_pods(stack, deployment) == REPLICAS, 60, 0.05)
+        eventually(
+            lambda: _ready_pods(stack, deployment) == REPLICAS, 60, what="replicas Ready", interval=0.05
+        )
         stack.settle(timeout=30, quiet=0.3)
         probe = Probe(stack, deployment)
         _one(stack, probe, names[0], cold=False)
