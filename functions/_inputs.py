@@ -6,15 +6,17 @@ labels/subdomains), so a hostile event is rejected with 400 before any I/O happe
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Mapping
+from typing import Any, Literal, TypeVar
 
 from cloudevents.http import CloudEvent
+from pydantic import ValidationError
 
 from events.catalog import BY_TYPE
 from events.domain import AdapterRef
 from events.external import API_TYPES, KubeObject
 from functions._edge import data_as
-from functions.errors import Reject
+from functions.errors import Reject, problems
 from functions.logic.paths import check_label, check_subdomain, is_subdomain
 from functions.logic.serving import AdapterKey, TargetKey
 from functions.resources.kinds import (
@@ -28,6 +30,9 @@ from functions.resources.kinds import (
     Kind,
     by_api_version_and_kind,
 )
+from functions.resources.wire import WireModel
+
+M = TypeVar("M", bound=WireModel)
 
 
 def adapter_ref(event: CloudEvent) -> AdapterRef:
@@ -57,7 +62,18 @@ def kube_object(event: CloudEvent) -> dict[str, Any]:
         raise Reject("object metadata must carry a string name and namespace")
     check_label(namespace, "namespace")
     check_subdomain(name, "name")
-    return obj.to_json()
+    return obj.as_dict()
+
+
+def stored(model: type[M], obj: Mapping[str, Any]) -> M:
+    """An object read from the API server in its model, or Reject naming the first problems
+    (the apiserver accepted it, so our model and the CRD disagree: retrying cannot help)."""
+    try:
+        return model.model_validate(obj)
+    except ValidationError as err:
+        raise Reject(
+            f"stored {obj.get('kind', 'object')} does not match its schema: {problems(err)}"
+        ) from err
 
 
 def is_deleted(event: CloudEvent) -> bool:
@@ -74,8 +90,14 @@ def adapter_kind_of(key: AdapterKey) -> Kind:
     return VLLM_ADAPTER if key.kind == "vllm" else SGLANG_ADAPTER
 
 
+API_VERSIONS: dict[str, Literal["rackai.rackspace.com/v1alpha1", "inference.rackai.rackspace.com/v1alpha1"]] = {
+    "vllm": "rackai.rackspace.com/v1alpha1",
+    "sglang": "inference.rackai.rackspace.com/v1alpha1",
+}
+
+
 def ref_of(key: AdapterKey) -> AdapterRef:
-    return AdapterRef(api_version=adapter_kind_of(key).api_version, namespace=key.namespace, name=key.name)
+    return AdapterRef(api_version=API_VERSIONS[key.kind], namespace=key.namespace, name=key.name)
 
 
 def subject_of(key: AdapterKey) -> str:

@@ -15,9 +15,11 @@ from collections.abc import Callable, Mapping
 from typing import Any, Literal, NamedTuple, Protocol
 
 import httpx
+from pydantic import BaseModel, ConfigDict, ValidationError
 
 from functions.adapters.pod_pools import PodPools
 from functions.adapters.tls import never_used
+from functions.errors import problems
 from functions.logic import reasons
 from functions.logic.pods import Endpoint, Runtime
 from functions.logic.serving import ListingFailure
@@ -120,34 +122,46 @@ def read_bounded(response: httpx.Response, limit: int, deadline: float, clock: C
     return bytes(body)
 
 
+class ModelCard(BaseModel):
+    """One entry of `GET /v1/models`: vLLM's ModelCard (vllm/entrypoints/openai/protocol.py) and
+    SGLang's (sglang/srt/entrypoints/openai/protocol.py) agree on these; an adapter's card has
+    the base model as `parent` and its path as `root`. The other fields are not read at all."""
+
+    model_config = ConfigDict(extra="ignore", strict=True, frozen=True, defer_build=True)
+
+    id: str
+    root: str | None = None
+    parent: str | None = None
+
+
+class ModelList(BaseModel):
+    model_config = ConfigDict(extra="ignore", strict=True, frozen=True, defer_build=True)
+
+    data: list[ModelCard] | None = None
+
+
+def adapters_listed(body: bytes) -> dict[str, str]:
+    """The adapters of a `GET /v1/models` answer, name -> path (the cards with a `parent`).
+
+    Parsed and validated in one pass by pydantic (its JSON parser skips the fields we do not
+    model), ~0.6x json.loads of the whole answer for 500 adapters (bench 10). Raises
+    ValueError (pydantic's ValidationError) for an answer that is not such a listing."""
+    listing = ModelList.model_validate_json(body)
+    return {card.id: card.root or "" for card in listing.data or () if card.parent}
+
+
 def parse_listing(body: bytes) -> dict[str, str] | ListingFailure:
-    """Adapter cards (those with a `parent`) of a `/v1/models` answer: name -> root."""
+    """The adapters of a `/v1/models` answer (name -> root), or the pod's failure to list them."""
     try:
-        decoded = json.loads(body)
-    except (ValueError, UnicodeDecodeError, RecursionError) as err:
+        return adapters_listed(body)
+    except ValidationError as err:  # never echoes the answer back (a hostile pod's text)
         return ListingFailure(
-            reasons.ENGINE_ANSWER_INVALID, f"GET /v1/models is not JSON: {str(err)[:200]}", False
+            reasons.ENGINE_ANSWER_INVALID, f"GET /v1/models is not a listing: {problems(err, 3)}", False
         )
-    cards = decoded.get("data") if isinstance(decoded, dict) else None
-    if not isinstance(cards, list):
-        return ListingFailure(reasons.ENGINE_ANSWER_INVALID, "GET /v1/models has no list under 'data'", False)
-    listing: dict[str, str] = {}
-    for card in cards:
-        if not isinstance(card, dict):
-            return ListingFailure(
-                reasons.ENGINE_ANSWER_INVALID, "GET /v1/models lists a card that is not an object", False
-            )
-        if not card.get("parent"):
-            continue  # a base model card
-        name, root = card.get("id"), card.get("root")
-        if not isinstance(name, str) or not name or not isinstance(root, str | None):
-            return ListingFailure(
-                reasons.ENGINE_ANSWER_INVALID,
-                "GET /v1/models lists an adapter card without a string id",
-                False,
-            )
-        listing[name] = root or ""
-    return listing
+    except (ValueError, RecursionError) as err:
+        return ListingFailure(
+            reasons.ENGINE_ANSWER_INVALID, f"GET /v1/models is not a listing ({type(err).__name__})", False
+        )
 
 
 def error_message(answer: Answer) -> str:

@@ -168,24 +168,26 @@ def fresh_admission(deps: Deps, observed: fleet.Observed, models: set[tuple[str,
     """The object with the status admit (and for vllm stat, verify) would write on fresh data."""
     namespace = facts.namespace_of(obj)
     if obj.get("apiVersion") == SGLANG_ADAPTER.api_version:
-        adapter = SGLangAdapter.parse(obj)
+        adapter = SGLangAdapter.model_validate(obj)
         key = facts.isvc_ref(obj)
         found = observed.targets.get(key)
-        target = InferenceService.parse(found) if found is not None else None
-        return {**obj, "status": admit.decide_sglang(adapter, target, NOW).to_json()}
-    rackai = LoRAAdapter.parse(obj)
+        target = InferenceService.model_validate(found) if found is not None else None
+        return {**obj, "status": admit.decide_sglang(adapter, target, NOW).to_wire()}
+    rackai = LoRAAdapter.model_validate(obj)
     exists = admit.model_name_valid(rackai.spec.model) and (namespace, rackai.spec.model) in models
-    rackai = rackai.replace(status=admit.decide_rackai(rackai, exists, NOW))
+    rackai = rackai.model_copy(update={"status": admit.decide_rackai(rackai, exists, NOW)})
     directory = stat.listing_dir(rackai)
     if directory is not None:
-        rackai = rackai.replace(status=stat.decide(rackai, deps.storage.stat_dir(directory), NOW))
+        rackai = rackai.model_copy(
+            update={"status": stat.decide(rackai, deps.storage.stat_dir(directory), NOW)}
+        )
     observed_files = verify.observed_files(rackai)
     limit = deps.settings.hash_max_bytes
     hashed = {
         path: deps.storage.hash_file(path, limit) if limit > 0 else None
         for path in integrity.to_hash(verify.declared(rackai), observed_files)
     }
-    return {**obj, "status": verify.decide(rackai, hashed, NOW).to_json()}
+    return {**obj, "status": verify.decide(rackai, hashed, NOW).to_wire()}
 
 
 def fresh_world(
