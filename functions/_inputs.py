@@ -90,7 +90,9 @@ def adapter_kind_of(key: AdapterKey) -> Kind:
     return VLLM_ADAPTER if key.kind == "vllm" else SGLANG_ADAPTER
 
 
-API_VERSIONS: dict[str, Literal["rackai.rackspace.com/v1alpha1", "inference.rackai.rackspace.com/v1alpha1"]] = {
+API_VERSIONS: dict[
+    str, Literal["rackai.rackspace.com/v1alpha1", "inference.rackai.rackspace.com/v1alpha1"]
+] = {
     "vllm": "rackai.rackspace.com/v1alpha1",
     "sglang": "inference.rackai.rackspace.com/v1alpha1",
 }

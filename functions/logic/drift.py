@@ -203,63 +203,69 @@ def _serving_drift(
     add: Callable[[AdapterKey, str, str], None],
 ) -> None:
     desire = serving.desired(world)
+    lacking: dict[AdapterKey, dict[str, list[str]]] = defaultdict(lambda: defaultdict(list))
     for action in serving.plan(world, desire, Scope(load=True, unload=True)):
         if action.adapter in waiting:
             continue
         if action.op == "unload":
-            add(action.adapter, "unload", f"loaded in {action.target} which should not serve it")
-        elif action.op == "replace":
-            add(action.adapter, "load", f"an older file set in Ready pod {action.pod}")
+            add(action.adapter, "unload", f"loaded in {action.target.name} which should not serve it")
         else:
-            add(action.adapter, "load", f"missing in Ready pod {action.pod}")
+            what = "missing in" if action.op == "load" else "an older file set in"
+            where = (
+                f"{action.target.name}/{action.pod}"
+                if action.target.kind == "ModelDeployment"
+                else action.pod
+            )
+            lacking[action.adapter][what].append(where)
+    for key, found in sorted(lacking.items()):
+        for what, pods in sorted(found.items()):
+            more = f" and {len(pods) - 5} more" if len(pods) > 5 else ""
+            add(key, "load", f"{what} Ready pod(s) {', '.join(pods[:5])}{more}")
     for key, obj in sorted(objects.items()):
         adapter = world.adapters[key]
         if key in waiting or adapter.serve == "hold":
             continue
-        stale = stale_status(world, desire, key, obj)
+        stale = stale_status(world, desire, key, obj, only_used_by=key in lacking)
         if stale:
             add(key, "load", stale)
 
 
-def stale_status(world: serving.World, desire: serving.Desire, key: AdapterKey, obj: Obj) -> str | None:
+def stale_status(
+    world: serving.World, desire: serving.Desire, key: AdapterKey, obj: Obj, only_used_by: bool = False
+) -> str | None:
     """What of the serving status differs from what load would write now (None: nothing).
 
-    A Ready pod that did not answer is not judged: its own Pod events reload it. A verdict about
-    the adapter's files is load's to keep (resync reads no files). A True Loaded is compared with
-    its message (which counts the pods); a False one by status and reason (a failure's message
-    quotes an engine answer resync does not ask for).
+    `only_used_by`: a pod lacks the adapter, so load rewrites the rest anyway. A Ready pod that
+    did not answer is not judged: its own Pod events reload it. A verdict about the adapter's
+    files is load's to keep (resync reads no files). A True Loaded is compared with its message
+    (which counts the pods); a False one by status and reason (a failure's message quotes an
+    engine answer resync does not ask for).
     """
     adapter = world.adapters[key]
     report = serving.serving_report(world, desire, key)
-    if any(p.state == "unreachable" for t in report.targets for p in t.pods):
-        return None
     status = dict(facts.status(obj))
     generation = facts.meta(obj).get("generation")
     have = _conditions({"status": status}).get(reasons.LOADED) or {}
     if key.kind == "vllm":
+        ready = report if adapter.serve == "serve" else None
         used = [t.name for t in desire.targets_of.get(key, ())]
-        fresh = loaded.vllm_status(
-            status,
-            report if adapter.serve == "serve" else None,
-            used,
-            adapter.serve,
-            generation,
-            UNKNOWN_TIME,
-        )
+        fresh = loaded.vllm_status(status, ready, used, adapter.serve, generation, UNKNOWN_TIME)
         if sorted(status.get("usedBy") or []) != sorted(fresh.get("usedBy") or []):
             return f"usedBy is stale (should be {fresh.get('usedBy') or []})"
-        if have.get("reason") in reasons.CONFIG_VERDICTS:
-            return None
-        if adapter.serve == "serve" and _served(status) != _served(fresh):
-            return "served records differ from the pods' listings"
     else:
-        served = adapter.serve == "serve"
+        redact, served = serving.redacted(adapter), adapter.serve == "serve"
         fresh = loaded.sglang_status(
-            status, report, adapter.lora_path, generation, UNKNOWN_TIME, serving.redacted(adapter), served
+            status, report, adapter.lora_path, generation, UNKNOWN_TIME, redact, served
         )
-    want = _conditions({"status": fresh}).get(reasons.LOADED) or {}
-    if have.get("reason") in reasons.CONFIG_VERDICTS:
+    unjudged = any(p.state == "unreachable" for t in report.targets for p in t.pods)
+    if only_used_by or unjudged or have.get("reason") in reasons.CONFIG_VERDICTS:
         return None
+    if key.kind == "vllm" and adapter.serve == "serve" and _served(status) != _served(fresh):
+        return "served records differ from the pods' listings"
+    want = _conditions({"status": fresh}).get(reasons.LOADED) or {}
+    if want.get("reason") == reasons.NOT_REFERENCED and have.get("reason") != reasons.NOT_REFERENCED:
+        # stale, or never written: the adapter.ready delivery that would have said so was lost
+        return "Loaded is stale or missing: no ModelDeployment names it"
     if (have.get("status"), have.get("reason")) != (want.get("status"), want.get("reason")):
         now, then = f"{have.get('status')}/{have.get('reason')}", f"{want.get('status')}/{want.get('reason')}"
         return f"Loaded is {now}, load would write {then}"
