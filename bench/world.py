@@ -158,7 +158,7 @@ def world(functions: bool = True, **engine_defaults: Any) -> Iterator[World]:
 def engine_path(world: World, namespace: str, name: str) -> str:
     from functions.logic.paths import engine_path as to_engine
 
-    return to_engine(str(world.data_dir), world.adapter_dir(namespace, name))
+    return to_engine(str(world.mount_root), world.adapter_dir(namespace, name))
 
 
 def direct_load(http: httpx.Client, url: str, name: str, path: str) -> None:

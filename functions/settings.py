@@ -24,12 +24,16 @@ class Settings(Record):
     s3_endpoint: str | None = None
     s3_bucket: str = "loraadapters"
     s3_region: str = "us-east-1"
+    s3_buckets_dir: str = "/buckets"
+    """The filer folder that holds the S3 gateway's buckets (filer.toml `buckets_folder`)."""
     hash_max_bytes: int = field(default=1 << 30, ge=0)
     mount_root: str = "/mnt/seaweedfs"
     load_concurrency: int = field(default=10, ge=1, le=1000)
     engine_timeout: float = field(default=30.0, gt=0)
     max_lora_rank: int = field(default=64, ge=1)
     webhook_token: str | None = None
+    publish_budget: float = field(default=5.0, gt=0, le=60)
+    """Seconds ingest keeps retrying a publish to the Broker before it answers the filer 503."""
     broker_url: str | None = None
     kubeconfig: str | None = None
 

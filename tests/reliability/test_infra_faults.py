@@ -20,6 +20,7 @@ from typing import Any
 
 import pytest
 
+from devstack.seaweedfs import shared
 from devstack.stack import Stack
 from functions.logic import phase
 from functions.logic.adapter_config import VERDICT_REASONS
@@ -35,7 +36,12 @@ BAD_LOADED_REASONS = set(VERDICT_REASONS) | {"ModelMismatch"}
 @pytest.fixture(scope="module")
 def istack() -> Iterator[Stack]:
     # a short engine timeout so that a slow engine is a timeout, not a long wait
-    with Stack(ping_period=1.0, time_scale=0.05, function_env={"LORAFLOW_ENGINE_TIMEOUT": "1"}) as running:
+    with Stack(
+        ping_period=1.0,
+        time_scale=0.05,
+        function_env={"LORAFLOW_ENGINE_TIMEOUT": "1"},
+        seaweed=shared(),
+    ) as running:
         yield running
 
 

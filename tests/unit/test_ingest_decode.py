@@ -15,9 +15,8 @@ from functions.logic.seaweed_event import (
     EntryInfo,
     FileChange,
     Notification,
-    encode_event_notification,
-    sqs_body_from_bytes,
 )
+from tests.support import filer_pb
 
 P = "/loraadapters/ns/llama/a/w.safetensors"
 MD5 = hashlib.md5(b"x", usedforsecurity=False).hexdigest()
@@ -107,7 +106,7 @@ NOTE = Notification(
     new_entry=EntryInfo(name="w.safetensors", file_size=7, md5=bytes.fromhex(MD5)),
     new_parent_path="/loraadapters/ns/llama/a",
 )
-RAW = encode_event_notification(NOTE)
+RAW = filer_pb.encode(NOTE)
 
 
 @pytest.mark.parametrize(
@@ -116,7 +115,7 @@ RAW = encode_event_notification(NOTE)
         pytest.param(RAW, id="raw-bytes"),
         pytest.param(base64.b64encode(RAW).decode(), id="base64-string"),
         pytest.param(base64.b64encode(RAW), id="base64-bytes"),
-        pytest.param(sqs_body_from_bytes(RAW), id="latin1-string"),
+        pytest.param(filer_pb.as_latin1_text(RAW), id="latin1-string"),
     ],
 )
 def test_decode_sqs_data(data: Any) -> None:
@@ -146,4 +145,4 @@ def test_key_of() -> None:
 
 def test_decode_sqs_data_text_transport_of_latin1_body() -> None:
     # what an HTTP text transport makes of the filer's string(bytes) SQS body
-    assert decode_sqs_data(sqs_body_from_bytes(RAW).encode("utf-8")) == NOTE
+    assert decode_sqs_data(filer_pb.as_latin1_text(RAW).encode("utf-8")) == NOTE
