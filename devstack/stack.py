@@ -105,7 +105,8 @@ class Stack:
 
     `function_processes`: each function in its own functions-framework process, as each
     Knative Service in a cluster (slower to start; what latency measurements want), instead
-    of in this process."""
+    of in this process. `filer_proxy=False`: the functions call the filer directly, without
+    the FaultProxy hop (the benchmarks)."""
 
     def __init__(
         self,
@@ -121,6 +122,7 @@ class Stack:
         knative_dir: Path = KNATIVE_DIR,
         function_env: Mapping[str, str] | None = None,
         function_processes: bool = False,
+        filer_proxy: bool = True,
     ) -> None:
         self._own_dir = data_dir is None
         self.base = (
@@ -138,6 +140,7 @@ class Stack:
         self.manifests = [dict(m) for m in manifests] if manifests is not None else render(knative_dir)
         self.function_env = dict(function_env or {})
         self.function_processes = function_processes
+        self.filer_proxy = filer_proxy
         self.webhook_token = seaweed.webhook_token if seaweed is not None else secrets.token_hex(16)
         self._stoppers: list[tuple[int, Callable[[], None]]] = []
         self._saved_env: dict[str, str | None] = {}
@@ -249,7 +252,7 @@ class Stack:
         return {
             "KUBECONFIG": str(self._kubeconfig_for("loraflow-functions")),
             "LORAFLOW_STORAGE": self.storage,
-            "LORAFLOW_FILER_URL": self.filer.url,
+            "LORAFLOW_FILER_URL": self.filer.url if self.filer_proxy else self.seaweed.url,
             "LORAFLOW_MOUNT_ROOT": str(self.mount_root),
             **(self._s3_env() if self.storage == "s3" else {}),
             "LORAFLOW_BROKER_URL": self.broker.url,
@@ -331,7 +334,7 @@ class Stack:
         if self.storage == "s3":
             self.s3.put_object(Bucket=self.bucket, Key=path.lstrip("/"), Body=content)
         else:
-            self._http.put(self.filer.url + quote_path(path), content=content).raise_for_status()
+            self._http.put(self.seaweed.url + quote_path(path), content=content).raise_for_status()
 
     def settle(self, timeout: float = 10.0, quiet: float = 0.3) -> bool:
         """Wait until the filer's notifications so far are out, then until the broker had

@@ -162,7 +162,7 @@ class SeaweedServer:
             "-master.volumeSizeLimitMB=64",
             f"-volume.port={p['volume']}",
             f"-volume.port.grpc={p['volume_grpc']}",
-            "-volume.max=20",
+            "-volume.max=100",  # 64 MB each, none preallocated: room for a 512 MiB benchmark file
             "-volume.preStopSeconds=0",
             "-filer",
             f"-filer.port={p['filer']}",

@@ -14,6 +14,7 @@ environment, which `testbed()` sets for its lifetime and restores afterwards.
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import os
 import secrets
@@ -66,7 +67,7 @@ class Testbed:
     seaweed: Shared
     http: httpx.Client = field(default_factory=lambda: httpx.Client(timeout=30))
 
-    @property
+    @functools.cached_property
     def files(self) -> FilerClient:
         """The real filer, not through the proxy: what a user or another tool does there."""
         return FilerClient(self.seaweed.server.url)
@@ -131,8 +132,8 @@ class Testbed:
 
     # -- storage -------------------------------------------------------------------------------
     def upload(self, path: str, content: bytes) -> str:
-        """PUT a file to the filer (through the proxy; it notifies); returns the hex MD5."""
-        response = self.http.put(self.filer.url + quote_path(path), content=content)
+        """PUT a file to the real filer (it notifies); returns the hex MD5."""
+        response = self.http.put(self.seaweed.server.url + quote_path(path), content=content)
         response.raise_for_status()
         return hashlib.md5(content, usedforsecurity=False).hexdigest()
 
@@ -217,9 +218,16 @@ def environment(**values: str) -> Iterator[None]:
 
 @contextlib.contextmanager
 def testbed(
-    cls: type[T], functions: bool = True, engine_timeout: float = 2.0, **engine_defaults: Any
+    cls: type[T],
+    functions: bool = True,
+    engine_timeout: float = 2.0,
+    filer_proxy: bool = True,
+    **engine_defaults: Any,
 ) -> Iterator[T]:
-    """Start the stand-ins (and every function unless `functions=False`); stop them on exit."""
+    """Start the stand-ins (and every function unless `functions=False`); stop them on exit.
+
+    `filer_proxy=False`: the functions call the real filer directly (what the benchmarks
+    measure); `filer` is then a proxy nobody uses and its faults have no effect."""
     with tempfile.TemporaryDirectory(prefix="loraflow-testbed-") as tmp:
         base = Path(tmp)
         seaweed = shared()
@@ -232,7 +240,7 @@ def testbed(
         )
         settings = {
             "KUBECONFIG": str(functions_config),
-            "LORAFLOW_FILER_URL": filer.url,
+            "LORAFLOW_FILER_URL": filer.url if filer_proxy else seaweed.server.url,
             "LORAFLOW_MOUNT_ROOT": str(MOUNT_ROOT),
             "LORAFLOW_ENGINE_TIMEOUT": str(engine_timeout),
             "LORAFLOW_BROKER_URL": sink.url,
