@@ -66,6 +66,11 @@ class WebhookRelay:
         self._server.server_close()
         self._http.close()
 
+    def deliveries(self, key: str) -> int:
+        """How many of the last 256 deliveries were for `key` (the filer's attempts)."""
+        with self._lock:
+            return sum(1 for seen in self._seen if seen == key)
+
     def await_key(self, key: str, timeout: float) -> bool:
         """Wait until a notification for `key` went through (True) or `timeout` passed."""
         deadline = time.monotonic() + timeout

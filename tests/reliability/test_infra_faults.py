@@ -88,9 +88,11 @@ def _key_in(env: Env, replica: Any) -> bool:
 
 
 def filer_faults(stack: Stack, env: Env) -> int:
+    """Through the FaultProxy in front of the real filer: 503s, slow listings, connection resets."""
     stack.filer.inject(status=503, times=25, methods=("GET",))
-    stack.filer.inject(delay_s=0.4, times=20, methods=("GET",))
-    return 45
+    stack.filer.inject(delay_s=0.4, times=20, methods=("GET",), listing=True)
+    stack.filer.inject(reset=True, times=10, methods=("GET",))
+    return 55
 
 
 def half_truths(stack: Stack, env: Env, since_rv: int) -> list[str]:
@@ -146,6 +148,14 @@ def run_filer(stack: Stack, env: Env) -> tuple[int, int]:
     return ops, sum(injected)
 
 
+def run_filer_restart(stack: Stack, env: Env) -> tuple[int, int]:
+    """The whole lifecycle, then the real filer is killed and started again at once: the events
+    still in its webhook queue are lost, reads fail while it is down (the proxy answers 502)."""
+    ops = lifecycle(env, pace=0.3)
+    stack.seaweed.restart()
+    return ops, 1
+
+
 def run_engines(stack: Stack, env: Env) -> tuple[int, int]:
     """Engines need their pods first: targets up, faults on every replica, then the rest."""
     env.deployment("d1", 2, ["a1", "a2", "a3", "bad"])
@@ -171,6 +181,7 @@ SCENARIOS: dict[str, Callable[[Stack, Env], tuple[int, int]]] = {
     "kubernetes": run_kubernetes,
     "engines": run_engines,
     "filer": run_filer,
+    "filer-restart": run_filer_restart,
 }
 
 
