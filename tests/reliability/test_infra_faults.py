@@ -151,7 +151,7 @@ def run_filer(stack: Stack, env: Env) -> tuple[int, int]:
 def run_filer_restart(stack: Stack, env: Env) -> tuple[int, int]:
     """The whole lifecycle, then the real filer is killed and started again at once: the events
     still in its webhook queue are lost, reads fail while it is down (the proxy answers 502)."""
-    ops = lifecycle(env, pace=0.3)
+    ops = lifecycle(env, pace=0.05)  # quick: the last operations' events are still in flight
     stack.seaweed.restart()
     return ops, 1
 
@@ -212,4 +212,5 @@ def test_invariant_holds_after_infrastructure_faults(istack: Stack, name: str) -
     print(f"\ninfrastructure faults [{name}]: " + ", ".join(f"{k}={v}" for k, v in result.items()))
     assert violations == [], invariant.report(violations)
     assert lies == [], "\n".join(lies[:20])
-    assert retried_5xx > 0, "faults were on but no handler asked for a redelivery"
+    if name != "filer-restart":  # a restart may fall between two reads: what it loses is events
+        assert retried_5xx > 0, "faults were on but no handler asked for a redelivery"

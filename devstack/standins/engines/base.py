@@ -591,7 +591,10 @@ class EngineReplica:
                 rel = lora_path[len(prefix) :]
                 break
         if self.filer is not None:
-            return self.filer.read(rel)
+            try:
+                return self.filer.read(rel)
+            except httpx.HTTPError as err:  # the mount's I/O error: what reading a local file raised
+                raise AdapterInvalid(f"cannot read {lora_path}: {err}") from err
         if self.mount_root is None:
             return None
         return read_local_dir(self.mount_root / rel.lstrip("/"))
