@@ -10,9 +10,9 @@ import json
 from pathlib import Path
 from typing import Literal, NamedTuple
 
+from pydantic import BaseModel
+
 from events import domain, external
-from events.json_schema import json_schema
-from events.records import Record
 
 HERE = Path(__file__).parent
 SCHEMAS = HERE / "schemas"
@@ -26,7 +26,7 @@ class EventType(NamedTuple):
     than a frozen dataclass)."""
 
     type: str
-    payload: builtins.type[Record]
+    payload: builtins.type[BaseModel]
     direction: Direction
     emitted_by: str
     summary: str
@@ -37,7 +37,8 @@ class EventType(NamedTuple):
         return self.type.replace(".", "_").replace("-", "_")
 
     def schema(self) -> dict[str, object]:
-        return {"$id": f"{self.type}.json", **json_schema(self.payload)}
+        """The payload's JSON Schema as pydantic generates it (validation mode: what it accepts)."""
+        return {"$id": f"{self.type}.json", **self.payload.model_json_schema()}
 
 
 CATALOG: tuple[EventType, ...] = (

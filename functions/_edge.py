@@ -31,9 +31,9 @@ import functions_framework
 from cloudevents.conversion import to_binary
 from cloudevents.exceptions import GenericException
 from cloudevents.http import CloudEvent, from_http
+from pydantic import BaseModel, ValidationError
 
-from events.records import Invalid, Record
-from functions.errors import Reject, Retryable, Unauthorized
+from functions.errors import Reject, Retryable, Unauthorized, problems
 from functions.metrics import CONTENT_TYPE
 from functions.observability import EVENTS, REGISTRY, STEP_SECONDS, configure_logging
 from functions.settings import Settings
@@ -46,7 +46,7 @@ MAX_BODY_BYTES = 4 << 20
 Reply = CloudEvent | None
 Handler = Callable[[CloudEvent, "Deps"], Reply]
 WebhookHandler = Callable[[flask.Request, "Deps"], Reply]
-P = TypeVar("P", bound=Record)
+P = TypeVar("P", bound=BaseModel)
 
 
 @dataclass
@@ -135,14 +135,13 @@ def data_as(event: CloudEvent, model: type[P]) -> P:
         except (ValueError, UnicodeDecodeError, RecursionError) as err:
             raise Reject(f"data of {event['type']} is not JSON: {err}") from err
     try:
-        return model.parse(data)
-    except Invalid as err:
-        shown = Invalid(err.problems[:5])  # enough to fix the sender; a flood helps nobody
-        raise Reject(f"data of {event['type']} is invalid: {shown}") from err
+        return model.model_validate(data)
+    except ValidationError as err:
+        raise Reject(f"data of {event['type']} is invalid: {problems(err)}") from err
 
 
 def reply(
-    type_: str, function: str, subject: str, data: Record, extensions: dict[str, str] | None = None
+    type_: str, function: str, subject: str, data: BaseModel, extensions: dict[str, str] | None = None
 ) -> CloudEvent:
     """Our outgoing event: JSON data by alias (unset optionals omitted, as the samples show),
     source `/loraflow/<function>`."""
@@ -154,7 +153,7 @@ def reply(
         "datacontenttype": "application/json",
         **(extensions or {}),
     }
-    return CloudEvent(attributes, data.to_json())
+    return CloudEvent(attributes, data.model_dump(mode="json", exclude_none=True))
 
 
 # -- the function wrapper --------------------------------------------------------------------
