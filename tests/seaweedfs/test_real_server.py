@@ -116,7 +116,8 @@ def test_the_webhook_queue_makes_one_attempt_then_dead_letters(seaweed: Shared, 
     assert "dead letter" in text and key in text
 
 
-def test_stop_leaves_no_sockets_and_a_restart_keeps_the_data(tmp_path: Path) -> None:
+def test_a_restart_keeps_the_data_and_stop_leaves_no_sockets(tmp_path: Path) -> None:
+    """(The shared server restarts in tests/reliability's infra.filer-restart scenario.)"""
     from devstack.seaweedfs import SeaweedServer
 
     server = SeaweedServer(s3=False, base_dir=tmp_path / "sw")

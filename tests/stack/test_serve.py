@@ -22,14 +22,15 @@ from tests.support.wait import eventually
 ROOT = Path(__file__).resolve().parents[2]
 
 
-@pytest.fixture(params=["filer", "s3"])
-def served(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[tuple[subprocess.Popen[bytes], Path]]:
-    """`make serve` and `LORAFLOW_STORAGE=s3 make serve`."""
+@pytest.fixture
+def served(tmp_path: Path) -> Iterator[tuple[subprocess.Popen[bytes], Path]]:
+    """`LORAFLOW_STORAGE=s3 make serve`: the S3 backend, which also starts the filer (the
+    filer backend's endpoints are the same minus `storage.s3`: tests/stack/test_seaweedfs.py)."""
     path = tmp_path / "endpoints.json"
     process = subprocess.Popen(
         [sys.executable, "-m", "devstack", "serve", "--endpoints-file", str(path), "--ping-period", "2"],
         cwd=ROOT,
-        env={**os.environ, "PYTHONUNBUFFERED": "1", "LORAFLOW_STORAGE": request.param},
+        env={**os.environ, "PYTHONUNBUFFERED": "1", "LORAFLOW_STORAGE": "s3"},
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
