@@ -36,6 +36,8 @@ class Settings(BaseModel):
     s3_endpoint: str | None = None
     s3_bucket: str = "loraadapters"
     s3_region: str = "us-east-1"
+    s3_buckets_dir: str = "/buckets"
+    """The filer folder that holds the S3 gateway's buckets (filer.toml `buckets_folder`)."""
     hash_max_bytes: int = Field(default=1 << 30, ge=0)
     mount_root: str = "/mnt/seaweedfs"
     load_concurrency: int = Field(default=10, ge=1, le=1000)
@@ -55,6 +57,8 @@ class Settings(BaseModel):
     """Comma-separated roots sglang `spec.path` must lie under (absolute, normalised, no `..`)."""
     webhook_token: SecretStr | None = None
     """Shown as '**********' in reprs and logs; `.get_secret_value()` where it is compared."""
+    publish_budget: float = Field(default=5.0, gt=0, le=60)
+    """Seconds ingest keeps retrying a publish to the Broker before it answers the filer 503."""
     broker_url: str | None = None
     kubeconfig: str | None = None
 
