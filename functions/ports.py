@@ -106,4 +106,6 @@ class EnginesPort(Protocol):
 
 
 class BrokerPort(Protocol):
-    def publish(self, event: CloudEvent) -> None: ...
+    def publish(self, event: CloudEvent, timeout: float | None = None) -> None:
+        """POST the event to the Broker; `timeout` caps this attempt."""
+        ...
