@@ -36,7 +36,7 @@ from events.external import API_ADD, API_UPDATE
 from functions import _edge
 from functions._inputs import adapter_ref, kube_object, stored
 from functions.errors import Reject
-from functions.logic import conditions, phase
+from functions.logic import conditions, facts, phase
 from functions.logic.paths import adapter_dir, check_label, check_subdomain, is_under
 from functions.resources.inference import InferenceService, SGLangAdapter, SGLangAdapterStatus
 from functions.resources.kinds import (
@@ -84,7 +84,8 @@ def decide_rackai(adapter: LoRAAdapter, model_exists: bool, now: datetime) -> Lo
             directory = adapter_dir(namespace, model, name)
         except Reject:
             directory = None
-    declared = sorted((adapter.spec.integrity.md5 or {}) if adapter.spec.integrity else {})
+    declared_md5s = (adapter.spec.integrity.md5 or {}) if adapter.spec.integrity else {}
+    declared = sorted(declared_md5s)
     outside = [k for k in declared if directory is None or not is_under(k, directory)]
 
     current = conditions.find(status.conditions, phase.READY)
@@ -118,6 +119,22 @@ def decide_rackai(adapter: LoRAAdapter, model_exists: bool, now: datetime) -> Lo
             "Unknown",
             phase.ADMITTED,
             "Spec accepted; waiting for the storage observation and the integrity check",
+            generation,
+            now,
+        )
+    elif (
+        current.status == "True"
+        and status.file_set
+        and status.file_set != facts.file_set(dict(declared_md5s))
+    ):
+        # spec.integrity changed after verify accepted a set: Ready is not True for MD5s the spec
+        # no longer declares; the pods keep serving the verified set until verify rules
+        conds = conditions.set_condition(
+            conds,
+            phase.READY,
+            "Unknown",
+            phase.AWAITING_VERIFICATION,
+            "spec.integrity.md5 changed; waiting for the integrity check",
             generation,
             now,
         )

@@ -11,11 +11,14 @@ name served from a path that is not the adapter's.
 Writes: vllm `usedBy`, `served` and condition Loaded; sglang Loaded + Error, `loadedPath`,
 `lastLoadedAt` (docs/operations.md lists the reasons); Warning Event LoadFailed when Loaded
 moves into a failure.
-Outcomes: 200 + `adapter.loaded` (adapter-scoped, something loaded); 204 otherwise; 503 after
+Outcomes: 200 + `adapter.loaded.v2` (adapter-scoped, something loaded; the deprecated v1 is
+published beside it); 204 otherwise; 503 after
 writing status when a pod failed retryably; 400 for malformed events.
 """
 
 from __future__ import annotations
+
+import logging
 
 from cloudevents.http import CloudEvent
 
@@ -23,9 +26,11 @@ from events.domain import (
     ADAPTER_ADMITTED,
     ADAPTER_DRIFTED,
     ADAPTER_LOADED,
+    ADAPTER_LOADED_V2,
     ADAPTER_READY,
     STEP_EXTENSION,
     AdapterLoaded,
+    AdapterLoadedV2,
     PodFailure,
 )
 from events.external import API_ADD, API_DELETE, API_TYPES, API_UPDATE
@@ -33,9 +38,10 @@ from functions import _edge, _inputs
 from functions.adapters import fleet
 from functions.adapters.fleet import Request
 from functions.edge.bootstrap import Deps
-from functions.errors import EngineUnavailable
+from functions.errors import EngineUnavailable, Retryable
 from functions.logic.serving import AdapterKey
 
+log = logging.getLogger("loraflow.load")
 NAME = "load"
 ACCEPTS = (ADAPTER_READY, ADAPTER_ADMITTED, ADAPTER_DRIFTED, API_ADD, API_UPDATE, API_DELETE)
 
@@ -69,21 +75,30 @@ def handle(event: CloudEvent, deps: Deps) -> _edge.Reply:
     if len(request.adapters) != 1:
         return None
     (key,) = request.adapters
-    return loaded_event(result, key)
+    return loaded_event(deps, result, key)
 
 
-def loaded_event(result: fleet.Result, key: AdapterKey) -> CloudEvent | None:
+def loaded_event(deps: Deps, result: fleet.Result, key: AdapterKey) -> CloudEvent | None:
+    """`adapter.loaded.v2` (the reply) naming the file set now served; the deprecated v1 is
+    published beside it for subscribers that have not moved yet (best effort)."""
     reported = result.reports.get(key)
-    if reported is None or not reported.report.loaded_now:
+    adapter = result.executed.after.adapters.get(key)
+    if reported is None or adapter is None or not reported.report.loaded_now:
         return None
     failed = [
         PodFailure(pod=pod.pod, reason=pod.reason, message=pod.message)
-        for adapter, _, pod in result.failing()
-        if adapter == key
+        for failing_key, _, pod in result.failing()
+        if failing_key == key
     ]
-    ref = _inputs.ref_of(key)
-    data = AdapterLoaded(adapter=ref, pods=list(reported.report.loaded_now), failed=failed)
-    return _edge.reply(ADAPTER_LOADED, NAME, _inputs.subject_of(key), data)
+    ref, subject, pods = _inputs.ref_of(key), _inputs.subject_of(key), list(reported.report.loaded_now)
+    try:
+        deps.broker.publish(
+            _edge.reply(ADAPTER_LOADED, NAME, subject, AdapterLoaded(adapter=ref, pods=pods, failed=failed))
+        )
+    except Retryable as err:
+        log.warning("Could not publish the deprecated adapter.loaded.v1", extra={"error": str(err)})
+    data = AdapterLoadedV2(adapter=ref, file_set=adapter.file_set, pods=pods, failed=failed)
+    return _edge.reply(ADAPTER_LOADED_V2, NAME, subject, data)
 
 
 load = _edge.function(NAME, ACCEPTS, handle)

@@ -191,8 +191,11 @@ def _lifecycle(
             add(key, "admit", reason)
             waiting.add(key)
             continue
-        if world.adapters[key].serve == "drop" and not _failed_v1(obj):
+        serve = world.adapters[key].serve
+        if serve == "drop" and not _failed_v1(obj):
             add(key, "stat", "admitted but not Ready: files may have arrived unnoticed")
+        elif serve == "hold":
+            add(key, "stat", "a change is waiting for the integrity check (its verify may be lost)")
     return waiting
 
 

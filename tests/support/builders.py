@@ -16,7 +16,7 @@ from cloudevents.http import CloudEvent, from_http
 from events.domain import (
     ADAPTER_ADMITTED,
     ADAPTER_DRIFTED,
-    ADAPTER_LOADED,
+    ADAPTER_LOADED_V2,
     ADAPTER_STAT_COMPLETED,
     FILE_CHANGED,
     STEP_EXTENSION,
@@ -202,7 +202,7 @@ def drifted(world: Testbed, ns: str) -> httpx.Response:
 def reply_pods(response: httpx.Response) -> list[str]:
     assert response.status_code == 200, f"{response.status_code} {response.text}"
     event = from_http(dict(response.headers), response.content)
-    assert event["type"] == ADAPTER_LOADED
+    assert event["type"] == ADAPTER_LOADED_V2
     data = event.get_data()
     assert isinstance(data, dict)
     pods: list[str] = data["pods"]

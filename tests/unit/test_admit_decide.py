@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 
 from functions.admit import decide_rackai, decide_sglang
+from functions.logic.facts import file_set
 from functions.resources.inference import InferenceService, SGLangAdapter
 from functions.resources.rackai import LoRAAdapter
 
@@ -188,6 +189,56 @@ FILES = {"files": [{"path": DIR + "w", "size": 4}], "size": "4"}
                 "ready": False,
             },
             id="repeat-is-identical",
+        ),
+        pytest.param(
+            vllm(
+                spec={"integrity": {"md5": {DIR + "w": "b" * 32}}},
+                status={
+                    "conditions": [ready("True", "IntegrityVerified", "ok", T_OLD, 1)],
+                    "fileSet": file_set({DIR + "w": "a" * 32}),
+                    "observedGeneration": 1,
+                    **FILES,
+                },
+            ),
+            True,
+            {
+                "conditions": [
+                    ready(
+                        "Unknown",
+                        "AwaitingVerification",
+                        "spec.integrity.md5 changed; waiting for the integrity check",
+                    )
+                ],
+                "fileSet": file_set({DIR + "w": "a" * 32}),
+                "storageRef": {"path": DIR},
+                "observedGeneration": 2,
+                "phase": "Processing",
+                "ready": False,
+                **FILES,
+            },
+            id="new-md5s-take-ready-back-until-verify-rules",
+        ),
+        pytest.param(
+            vllm(
+                spec={"integrity": {"md5": {DIR + "w": "a" * 32}}, "description": "edited"},
+                status={
+                    "conditions": [ready("True", "IntegrityVerified", "ok", T_OLD, 1)],
+                    "fileSet": file_set({DIR + "w": "a" * 32}),
+                    "observedGeneration": 1,
+                    **FILES,
+                },
+            ),
+            True,
+            {
+                "conditions": [ready("True", "IntegrityVerified", "ok", T_OLD, 1)],
+                "fileSet": file_set({DIR + "w": "a" * 32}),
+                "storageRef": {"path": DIR},
+                "observedGeneration": 2,
+                "phase": "Ready",
+                "ready": True,
+                **FILES,
+            },
+            id="another-spec-edit-keeps-ready",
         ),
     ],
 )
