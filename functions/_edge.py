@@ -39,6 +39,7 @@ from functions.observability import EVENTS, REGISTRY, STEP_SECONDS
 log = logging.getLogger("loraflow.edge")
 
 MAX_BODY_BYTES = 4 << 20
+BODY_KEY = "loraflow.body"
 """A Kubernetes object is at most ~1.5 MiB; anything much larger is not an event for us."""
 
 Reply = CloudEvent | None
@@ -49,11 +50,25 @@ __all__ = ["Deps", "Reply", "data_as", "deps", "function", "parse", "reply", "re
 
 
 # -- parsing ---------------------------------------------------------------------------------
+def body_of(request: flask.Request) -> bytes:
+    """The request body, refused before it is read past MAX_BODY_BYTES (a declared length over
+    it is never read at all; a chunked one stops one byte after), read once per request."""
+    cached = request.environ.get(BODY_KEY)
+    if isinstance(cached, bytes):
+        return cached
+    declared = request.content_length
+    if declared is not None and declared > MAX_BODY_BYTES:
+        raise Reject(f"body of {declared} bytes exceeds the {MAX_BODY_BYTES}-byte limit")
+    body = request.stream.read(MAX_BODY_BYTES + 1)
+    if len(body) > MAX_BODY_BYTES:
+        raise Reject(f"body exceeds the {MAX_BODY_BYTES}-byte limit")
+    request.environ[BODY_KEY] = body
+    return body
+
+
 def parse(request: flask.Request) -> CloudEvent:
     """A CloudEvent from a binary- or structured-mode request, or Reject naming the problem."""
-    body = request.get_data(cache=True)
-    if len(body) > MAX_BODY_BYTES:
-        raise Reject(f"body of {len(body)} bytes exceeds the {MAX_BODY_BYTES}-byte limit")
+    body = body_of(request)
     try:
         event = from_http(dict(request.headers), body)
     except (GenericException, ValueError, TypeError, AttributeError, RecursionError) as err:

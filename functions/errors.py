@@ -54,6 +54,10 @@ class StorageUnavailable(Retryable):
     """The filer or S3 answered 5xx, timed out, or could not be reached."""
 
 
+class WebhookNotConfigured(Retryable):
+    """The webhook has no token to check: it refuses every notification (503) until it has one."""
+
+
 class EngineUnavailable(Retryable):
     """Some engine replicas could not be reached; status says which, a retry finishes the job."""
 

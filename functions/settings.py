@@ -62,6 +62,11 @@ class Settings(BaseModel):
     broker_url: str | None = None
     kubeconfig: str | None = None
 
+    def sglang_root_paths(self) -> tuple[str, ...]:
+        """`sglang_roots` as absolute paths ("/" when none is given)."""
+        roots = tuple(part.strip() for part in self.sglang_roots.split(",") if part.strip().startswith("/"))
+        return roots or ("/",)
+
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
         """LORAFLOW_<NAME> for each field, K_SINK and KUBECONFIG as fallbacks; an empty value is

@@ -160,7 +160,7 @@ def observe(deps: Deps, request: Request) -> Observed:
         for target in sorted(watched)
         if targets.get(target) is not None
     }
-    policy = Policy(mount_root=settings.mount_root, sglang_roots=tuple(_roots(settings.sglang_roots)))
+    policy = Policy(mount_root=settings.mount_root, sglang_roots=settings.sglang_root_paths())
     world = World(adapters=adapters, targets=targets, pods=pods, policy=policy)
     if request.listings:
         world = _with_listings(deps, world, endpoints)
@@ -171,10 +171,6 @@ def observe(deps: Deps, request: Request) -> Observed:
         unload=request.unload,
     )
     return Observed(world, objects, endpoints, relevant, scope, target_objects)
-
-
-def _roots(text: str) -> list[str]:
-    return [part.strip() for part in text.split(",") if part.strip().startswith("/")] or ["/"]
 
 
 def _target(obj: Obj, default_rank: int) -> Target:
@@ -282,9 +278,17 @@ def _adapters(
             needs_config.append(key)
 
     def read(key: AdapterKey) -> adapter_config.ConfigVerdict:
+        from functions.adapters.storage import ContentTooLarge
+
         obj = objects[key]
         path = facts.config_path(obj)
-        raw = deps.configs.get(path, facts.config_md5(obj)) if path else None
+        try:
+            raw = deps.configs.get(path, facts.config_md5(obj)) if path else None
+        except ContentTooLarge as err:
+            message = (
+                f"{adapter_config.CONFIG_FILE} is larger than {adapter_config.CONFIG_MAX_BYTES} bytes: {err}"
+            )
+            return adapter_config.ConfigVerdict(False, adapter_config.TOO_LARGE, message)
         return adapter_config.check(raw, RANK_UNBOUNDED)
 
     for key, verdict in bounded_map(needs_config, read, deps.settings.load_concurrency):

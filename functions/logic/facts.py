@@ -216,7 +216,11 @@ def deployment(obj: Obj, default_rank: int) -> Target:
 
 
 def accepted_namespaces(obj: Obj) -> frozenset[str]:
-    annotations = meta(obj).get("annotations")
+    return accepted_from(meta(obj).get("annotations"))
+
+
+def accepted_from(annotations: object) -> frozenset[str]:
+    """The namespaces an InferenceService's `loraflow.io/accept-adapters-from` names."""
     value = annotations.get(ACCEPT_ANNOTATION) if isinstance(annotations, Mapping) else None
     if not isinstance(value, str):
         return frozenset()

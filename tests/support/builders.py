@@ -21,6 +21,7 @@ from events.domain import (
     FILE_CHANGED,
     STEP_EXTENSION,
 )
+from functions.logic.facts import file_set
 from functions.resources.kinds import (
     INFERENCE_SERVICE,
     INFERENCE_SERVICE_LABEL,
@@ -131,6 +132,7 @@ def expected_status(directory: str, weights: bytes = WEIGHTS) -> dict[str, Any]:
                 "observedGeneration": 1,
             }
         ],
+        "fileSet": file_set({config_path: md5(CONFIG), weights_path: md5(weights)}),
         "files": [{"path": config_path, "size": len(CONFIG)}, {"path": weights_path, "size": len(weights)}],
         "integrity": {
             "files": {
