@@ -5,6 +5,7 @@
 | done, nothing to say           | 204, empty body                        |
 | done, next step to run         | 200 + reply CloudEvent (binary mode)   |
 | Reject (never processable)     | 400 + a message naming the problem     |
+| BodyTooLarge (a Reject)        | 413 before the body is read, closed    |
 | Unauthorized (webhook token)   | 401                                    |
 | Retryable (dependency, race)   | 503 (the Broker redelivers)            |
 | Refused (RBAC, validation)     | 204, logged once as a warning          |
@@ -32,7 +33,7 @@ from cloudevents.http import CloudEvent, from_http
 from pydantic import BaseModel, ValidationError
 
 from functions.edge.bootstrap import Deps, deps, reset_deps
-from functions.errors import Refused, Reject, Retryable, Unauthorized, problems
+from functions.errors import BodyTooLarge, Refused, Reject, Retryable, Unauthorized, problems
 from functions.metrics import CONTENT_TYPE
 from functions.observability import EVENTS, REGISTRY, STEP_SECONDS
 
@@ -58,10 +59,10 @@ def body_of(request: flask.Request) -> bytes:
         return cached
     declared = request.content_length
     if declared is not None and declared > MAX_BODY_BYTES:
-        raise Reject(f"body of {declared} bytes exceeds the {MAX_BODY_BYTES}-byte limit")
+        raise BodyTooLarge(f"body of {declared} bytes exceeds the {MAX_BODY_BYTES}-byte limit")
     body = request.stream.read(MAX_BODY_BYTES + 1)
     if len(body) > MAX_BODY_BYTES:
-        raise Reject(f"body exceeds the {MAX_BODY_BYTES}-byte limit")
+        raise BodyTooLarge(f"body exceeds the {MAX_BODY_BYTES}-byte limit")
     request.environ[BODY_KEY] = body
     return body
 
@@ -134,6 +135,12 @@ def function(
                     raise Reject(f"{name} does not handle events of type {event['type']!r}")
                 result = handle(event, deps())
             response, outcome = _answer(result)
+        except BodyTooLarge as err:
+            # streamed, so functions-framework's after_request hook does not read the rest of the
+            # body (it reads whole bodies "to avoid connection errors"), and the connection closes
+            body = iter([str(err).encode() + b"\n"])
+            response = flask.Response(body, 413, mimetype="text/plain", headers={"Connection": "close"})
+            outcome, refusal = "rejected", str(err)  # logged from here: reading `body` would buffer it
         except Reject as err:
             code = 401 if isinstance(err, Unauthorized) else 400
             response, outcome = flask.Response(str(err) + "\n", code, mimetype="text/plain"), "rejected"

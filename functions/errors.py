@@ -38,6 +38,10 @@ class Unauthorized(Reject):
     """A request that must carry a credential (the SeaweedFS webhook token) did not -> 401."""
 
 
+class BodyTooLarge(Reject):
+    """A request body over the edge's limit: refused (413) before it is read past it."""
+
+
 class Retryable(LoraflowError):
     """A dependency is down, slow or raced us; the Broker should deliver again later."""
 

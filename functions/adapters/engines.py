@@ -29,7 +29,6 @@ LISTING_MAX_BYTES = 8 << 20
 """`GET /v1/models` of an engine with 1,000 adapters is ~300 KiB; far more is not a listing."""
 ANSWER_MAX_BYTES = 64 << 10
 """Load and unload answer with a sentence (vLLM) or a small JSON object (SGLang)."""
-CHUNK = 64 << 10
 POD_POOL_IDLE_S = 600.0
 """A pod not called for this long has its connections closed (resync calls every pod each tick)."""
 ReplaceMode = Literal["inplace", "reload"]
@@ -113,7 +112,7 @@ def read_bounded(response: httpx.Response, limit: int, deadline: float, clock: C
     if declared is not None and declared.isdigit() and int(declared) > limit:
         raise AnswerError(reasons.ENGINE_ANSWER_TOO_LARGE, f"answer of {declared} bytes exceeds {limit}")
     body = bytearray()
-    for chunk in response.iter_raw(CHUNK):
+    for chunk in response.iter_raw():  # as each read returns (a chunk size would wait to fill it)
         body += chunk
         if len(body) > limit:
             raise AnswerError(reasons.ENGINE_ANSWER_TOO_LARGE, f"answer exceeds {limit} bytes")

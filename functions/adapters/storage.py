@@ -215,7 +215,7 @@ def _bounded(response: httpx.Response, max_bytes: int, path: str) -> bytes:
     if declared is not None and declared.isdigit() and int(declared) > max_bytes:
         raise ContentTooLarge(f"{path} is {declared} bytes, more than {max_bytes}")
     content = bytearray()
-    for chunk in response.iter_raw(64 << 10):
+    for chunk in response.iter_raw():  # as each read returns: the cap is checked per read
         content += chunk
         if len(content) > max_bytes:
             raise ContentTooLarge(f"{path} is more than {max_bytes} bytes")

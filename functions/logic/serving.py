@@ -17,7 +17,8 @@ Rules (docs/operations.md, "Serving"):
   from its own namespace or from the namespaces it accepts (annotation
   `loraflow.io/accept-adapters-from`), whose `spec.path` is confined to the allowed roots.
   On one InferenceService a `spec.name` belongs to the oldest eligible adapter that claims it
-  (creationTimestamp, then uid); the others get the verdict NameConflict and are never loaded.
+  (creationTimestamp; within its one-second grain the InferenceService's own namespace first;
+  then uid); the others get the verdict NameConflict and are never loaded.
 - What a pod serves is known by content: a copy counts as ours only when the engine's `root`
   is the adapter's path (vllm: and `status.served` records the verified file set it was loaded
   from). A copy from an older file set is replaced; a name served from a path that is not ours
@@ -321,7 +322,11 @@ def _desire_sglang(
             continue
         claimants[(adapter.target, adapter.lora_name)].append(adapter)
     for (target, lora), claiming in claimants.items():
-        owner, *others = sorted(claiming, key=lambda a: (a.created, a.uid))
+        # oldest first; creationTimestamp has whole seconds, so within one second the
+        # InferenceService's own namespace wins over a foreign one, then the uid decides
+        owner, *others = sorted(
+            claiming, key=lambda a: (a.created, a.key.namespace != target.namespace, a.uid)
+        )
         wanted[target][lora] = Claim(owner.key, lora, owner.lora_path, owner.file_set)
         for other in others:
             message = (

@@ -18,9 +18,11 @@ The engines are only listed: the check has no side effects.
 
 from __future__ import annotations
 
+import tempfile
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 from functions import admit, stat, verify
@@ -62,9 +64,16 @@ class Violation:
 
 # -- the world ---------------------------------------------------------------------------------
 def deps_for(source: Any) -> Deps:
-    """Production clients pointed at a running Stack (admin kubeconfig: RBAC is not the point)."""
+    """Production clients pointed at a running Stack (admin kubeconfig: RBAC is not the point);
+    on a Testbed, the functions' own (they run in this process, configured by its environment)."""
     if isinstance(source, Deps):
         return source
+    if not hasattr(source, "admin_kubeconfig"):  # a Testbed: the functions' settings, as admin
+        from functions.edge.bootstrap import deps
+
+        path = Path(tempfile.mkdtemp(prefix="loraflow-invariant-")) / "admin.kubeconfig"
+        admin = source.kube.write_kubeconfig(path, source.kube.admin_token)
+        return Deps(deps().settings.model_copy(update={"kubeconfig": str(admin)}))
     settings = Settings(
         filer_url=source.filer.url,
         mount_root=str(source.mount_root),

@@ -246,6 +246,16 @@ def test_used_by_names_every_deployment_naming_it_served_or_not() -> None:
         ),
         pytest.param(
             [
+                sglang("alpha", ns="team-a", target=("ns", "svc")),  # its uid alone would win
+                sglang("zeta", ns="ns"),
+            ],
+            isvc(accepts="team-a"),
+            "zeta",
+            ["alpha"],
+            id="same-second-the-services-own-namespace-first",
+        ),
+        pytest.param(
+            [
                 sglang("thief", ns="team-a", target=("ns", "svc"), created="2025-01-01T00:00:00Z"),
                 sglang("mine", created="2026-01-01T00:00:00Z"),
             ],
