@@ -75,10 +75,23 @@ def decide(adapter: LoRAAdapter, hashed: Mapping[str, str | None], now: datetime
     ready_now = conditions.find(conds, phase.READY)
     verified = ready_now is not None and ready_now.status == "True"
     file_set = facts.file_set(declared(adapter)) if verified else None
-    if verified and status.file_set and file_set != status.file_set:
+    loaded_now = conditions.find(conds, reasons.LOADED)
+    if not verified and loaded_now is not None and loaded_now.status == "True":
+        # no verified set any more: the pods' copies are being taken back (unload answers
+        # adapter.failed), so Loaded stops saying True in this same write
+        message = f"not Ready ({verdict.reason}): the adapter is being unloaded"
+        conds = conditions.set_condition(
+            conds,
+            reasons.LOADED,
+            "False",
+            reasons.ADAPTER_NOT_READY,
+            message,
+            adapter.metadata.generation,
+            now,
+        )
+    elif verified and status.file_set and file_set != status.file_set:
         # a newer verified set: the pods still serve the old one until load replaces it, so
         # Loaded stops saying True in this same write (load says True again once it is done)
-        loaded_now = conditions.find(conds, reasons.LOADED)
         if loaded_now is not None and loaded_now.status == "True":
             message = "a newer verified file set is being loaded into the pods that serve this adapter"
             conds = conditions.set_condition(
