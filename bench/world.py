@@ -31,7 +31,6 @@ from tests.support.testbed import Testbed, environment, testbed
 from tests.support.wait import eventually
 
 ROOT = Path(__file__).resolve().parents[1]
-FUNCTIONS_USER = "system:serviceaccount:loraflow:loraflow-functions"
 MERGE = "application/merge-patch+json"
 MODEL = "m1"
 

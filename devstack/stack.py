@@ -53,7 +53,7 @@ from devstack.eventing.triggers import (
     render,
     subscriber_service,
 )
-from devstack.functions_host import FunctionHost, ProcessFunctionHost
+from devstack.functions_host import FUNCTIONS, FunctionHost, ProcessFunctionHost
 from devstack.seaweedfs import BUCKET, MOUNT_ROOT, FaultProxy, SeaweedServer, Shared, Webhook, WebhookRelay
 from devstack.standins.kube import KubeServer
 from devstack.workload import Workload
@@ -253,7 +253,12 @@ class Stack:
     def _function_env(self) -> dict[str, str]:
         """docs/contracts.md's configuration table, pointed at the stand-ins."""
         return {
-            "KUBECONFIG": str(self._kubeconfig_for("loraflow-functions")),
+            # each function as its own ServiceAccount (knative/rbac/functions.yaml); ingest has none
+            **{
+                f"KUBECONFIG_{name.upper()}": str(self._kubeconfig_for(f"loraflow-{name}"))
+                for name in FUNCTIONS
+                if name != "ingest"
+            },
             "LORAFLOW_STORAGE": self.storage,
             "LORAFLOW_FILER_URL": self.filer.url if self.filer_proxy else self.seaweed.url,
             "LORAFLOW_LOOPBACK_ENGINES": "allow",  # the engine stand-ins listen on 127.0.0.x

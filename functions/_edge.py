@@ -128,12 +128,12 @@ def function(
         refusal = ""
         try:
             if webhook is not None and not _looks_like_cloudevent(request):
-                result = webhook(request, deps())
+                result = webhook(request, deps(name))
             else:
                 event = parse(request)
                 if event["type"] not in accepts:
                     raise Reject(f"{name} does not handle events of type {event['type']!r}")
-                result = handle(event, deps())
+                result = handle(event, deps(name))
             response, outcome = _answer(result)
         except BodyTooLarge as err:
             # streamed, so functions-framework's after_request hook does not read the rest of the

@@ -41,7 +41,8 @@ from functions.resources.kinds import VLLM_ADAPTER, Kind
 from tests.support.filer import FilerClient
 
 ROOT = Path(__file__).resolve().parents[2]
-FUNCTIONS_USER = "system:serviceaccount:loraflow:loraflow-functions"
+ACCOUNTS = {name: f"system:serviceaccount:loraflow:loraflow-{name}" for name in FUNCTIONS if name != "ingest"}
+"""The user each function talks to the API as (its own ServiceAccount; ingest has none)."""
 T = TypeVar("T", bound="Testbed")
 READY = {
     "type": "Ready",
@@ -241,11 +242,13 @@ def testbed(
         filer = FaultProxy(seaweed.server.url).start()
         sink = EventSink().start()
         admin_config = kube.write_kubeconfig(base / "admin.kubeconfig", kube.admin_token)
-        functions_config = kube.write_kubeconfig(
-            base / "functions.kubeconfig", kube.issue_token(FUNCTIONS_USER)
-        )
         settings = {
-            "KUBECONFIG": str(functions_config),
+            **{
+                f"KUBECONFIG_{name.upper()}": str(
+                    kube.write_kubeconfig(base / f"{name}.kubeconfig", kube.issue_token(user))
+                )
+                for name, user in ACCOUNTS.items()
+            },
             "LORAFLOW_FILER_URL": filer.url if filer_proxy else seaweed.server.url,
             "LORAFLOW_LOOPBACK_ENGINES": "allow",  # the engine stand-ins listen on 127.0.0.x
             "LORAFLOW_MOUNT_ROOT": str(MOUNT_ROOT),
