@@ -76,26 +76,25 @@ def decide(adapter: LoRAAdapter, hashed: Mapping[str, str | None], now: datetime
     verified = ready_now is not None and ready_now.status == "True"
     file_set = facts.file_set(declared(adapter)) if verified else None
     loaded_now = conditions.find(conds, reasons.LOADED)
-    if not verified and loaded_now is not None and loaded_now.status == "True":
-        # no verified set any more: the pods' copies are being taken back (unload answers
-        # adapter.failed), so Loaded stops saying True in this same write
-        message = f"not Ready ({verdict.reason}): the adapter is being unloaded"
-        conds = conditions.set_condition(
-            conds,
-            reasons.LOADED,
-            "False",
-            reasons.ADAPTER_NOT_READY,
-            message,
-            adapter.metadata.generation,
-            now,
-        )
-    elif verified and status.file_set and file_set != status.file_set:
-        # a newer verified set: the pods still serve the old one until load replaces it, so
-        # Loaded stops saying True in this same write (load says True again once it is done)
-        if loaded_now is not None and loaded_now.status == "True":
-            message = "a newer verified file set is being loaded into the pods that serve this adapter"
+    if loaded_now is not None and loaded_now.status == "True":
+        # Loaded stops saying True in the write that changes what the pods should serve: no
+        # verified set any more (unload answers adapter.failed and takes the copies back), or a
+        # newer one (load replaces the old copies, then says True again)
+        if not verified:
+            taken_back = (
+                reasons.ADAPTER_NOT_READY,
+                f"not Ready ({verdict.reason}): the adapter is being unloaded",
+            )
+        elif status.file_set and file_set != status.file_set:
+            taken_back = (
+                reasons.UPDATING,
+                "a newer verified file set is being loaded into the pods that serve this adapter",
+            )
+        else:
+            taken_back = None
+        if taken_back is not None:
             conds = conditions.set_condition(
-                conds, reasons.LOADED, "False", reasons.UPDATING, message, adapter.metadata.generation, now
+                conds, reasons.LOADED, "False", *taken_back, adapter.metadata.generation, now
             )
     phase_, ready = phase.summarize(conds, bool(observed) or bool(status.files))
     return status.model_copy(
