@@ -39,8 +39,8 @@ from events.domain import (
 )
 from functions import _edge
 from functions._inputs import adapter_ref, stored
-from functions.errors import Reject
-from functions.logic import conditions, phase
+from functions.errors import KubeRefused, Reject
+from functions.logic import conditions, phase, reasons
 from functions.logic.paths import STORAGE_ROOT, adapter_dir, adapter_of_path, check_storage_path, is_under
 from functions.logic.quantity import format_bytes
 from functions.resources.kinds import VLLM_ADAPTER
@@ -58,14 +58,24 @@ if TYPE_CHECKING:  # the storage adapter (httpx, urllib3) is imported when a han
 NAME = "stat"
 ACCEPTS = (ADAPTER_ADMITTED, FILE_CHANGED, ADAPTER_DRIFTED)
 OBSERVATION = ("files", "size", "integrity")
-TRUNCATED = "StatusFilesTruncated"
+TRUNCATED = reasons.EVENT_FILES_TRUNCATED
 
 Obj = dict[str, Any]
 
 
 # -- pure ------------------------------------------------------------------------------------
-def recorded(adapter: LoRAAdapter, listing: Sequence[StoredFile], max_files: int) -> list[StoredFile]:
-    """The files the status records, in path order: every declared one, then the others.
+STATUS_BYTES = 512 << 10
+"""What the recorded files may cost in a status (each path twice, an MD5, sizes): a third of
+etcd's 1.5 MiB default request limit, whatever the count (450 files of 1.7 KB paths are over)."""
+FILE_OVERHEAD = 96
+"""JSON around one file in `files` and `integrity.files` besides its path (twice)."""
+
+
+def recorded(
+    adapter: LoRAAdapter, listing: Sequence[StoredFile], max_files: int, max_bytes: int = STATUS_BYTES
+) -> list[StoredFile]:
+    """The files the status records, in path order: every declared one, then the others, at
+    most `max_files` and `max_bytes` of them.
 
     A status is stored whole in etcd, whose requests are at most 1.5 MiB by default: each
     file costs ~100-300 bytes twice (files and integrity.files), so 10,000 files would make
@@ -75,13 +85,23 @@ def recorded(adapter: LoRAAdapter, listing: Sequence[StoredFile], max_files: int
     declared = set((adapter.spec.integrity.md5 if adapter.spec.integrity else None) or {})
     ordered = sorted(listing, key=lambda f: f.path)
     chosen = [f for f in ordered if f.path in declared]
-    room = max(0, max_files - len(chosen))
-    chosen += [f for f in ordered if f.path not in declared][:room]
+    budget = max_bytes - sum(2 * len(f.path) + FILE_OVERHEAD for f in chosen)
+    for f in ordered:
+        if len(chosen) >= max_files:
+            break
+        cost = 2 * len(f.path) + FILE_OVERHEAD
+        if f.path not in declared and cost <= budget:
+            chosen.append(f)
+            budget -= cost
     return sorted(chosen, key=lambda f: f.path)
 
 
 def decide(
-    adapter: LoRAAdapter, listing: Sequence[StoredFile], now: datetime, max_files: int = 1000
+    adapter: LoRAAdapter,
+    listing: Sequence[StoredFile],
+    now: datetime,
+    max_files: int = 1000,
+    max_bytes: int = STATUS_BYTES,
 ) -> LoRAAdapterStatus:
     """The whole status with the new storage observation.
 
@@ -90,7 +110,7 @@ def decide(
     verify has not ruled on. The pods keep serving the verified set (status.fileSet) meanwhile.
     """
     status = adapter.status or LoRAAdapterStatus()
-    files = recorded(adapter, listing, max_files)
+    files = recorded(adapter, listing, max_files, max_bytes)
     total = sum(f.size for f in listing)
     integrity = (status.integrity or IntegrityStatus()).model_copy(
         update={"files": {f.path: FileStatus(md5=f.md5, size=f.size) for f in files} or None}
@@ -192,19 +212,29 @@ def _one(
         return None
     listing = deps.storage.stat_dir(directory)
     now = deps.clock()
-    seen: dict[str, Obj] = {}
+    budget = STATUS_BYTES
 
     def desired(current: Obj) -> Obj | None:
-        seen["before"] = current
         fresh = stored(LoRAAdapter, current)
         if (current.get("metadata") or {}).get("deletionTimestamp") or listing_dir(fresh) != directory:
             return None  # moved under us: the next nudge lists the right place
-        return decide(fresh, listing, now, deps.settings.status_max_files).to_wire()
+        return decide(fresh, listing, now, deps.settings.status_max_files, budget).to_wire()
 
-    written = kube.write_status(VLLM_ADAPTER, namespace, name, desired)
+    try:
+        written = kube.write_status(VLLM_ADAPTER, namespace, name, desired)
+    except KubeRefused as err:
+        if err.status not in (413, 422):
+            raise
+        # the API refused the size: record the declared files only, and say so
+        budget = 0
+        written = kube.write_status(VLLM_ADAPTER, namespace, name, desired)
+        if written is not None:
+            message = f"the API refused the status for its size ({err}); it records the declared files only"
+            kube.record_event(written.obj, "Warning", reasons.EVENT_STATUS_SHRUNK, message[:1024], NAME, now)
     if written is None:
         return None
-    unchanged = not written.changed or observation(seen["before"].get("status")) == observation(
+    before = written.before if written.before is not None else written.obj
+    unchanged = not written.changed or observation(before.get("status")) == observation(
         written.obj.get("status")
     )
     if unchanged and not nudged:
