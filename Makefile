@@ -23,7 +23,7 @@ $(STAMP): pyproject.toml constraints.txt
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	@echo "Setting up $(VENV) (first run or dependencies changed)..."
 	@$(PY) -m pip install -q --disable-pip-version-check --upgrade 'pip==25.3' 2>&1 | { $(QUIET_PIP); }
-	@$(PY) -m pip install -q --disable-pip-version-check -c constraints.txt -e '.[cli,devstack,dev]' 2>&1 | { $(QUIET_PIP); }
+	@$(PY) -m pip install -q --disable-pip-version-check -c constraints.txt -e '.[cli,devstack,otel,dev]' 2>&1 | { $(QUIET_PIP); }
 	@touch $(STAMP)
 
 $(RUNTIME_STAMP): pyproject.toml constraints.txt | $(STAMP)
