@@ -18,12 +18,10 @@ from typing import Any
 from kubernetes import client, config
 from kubernetes.config.config_exception import ConfigException
 
+from loraflow.errors import CliError
+
 DEFAULT_ENDPOINTS = Path(".devstack/endpoints.json")
 DEFAULT_FILER_URL = "http://seaweedfs-filer.seaweedfs:8888"
-
-
-class CliError(Exception):
-    """An expected failure: printed as one clear line, exit code 1, no traceback."""
 
 
 @dataclass(frozen=True)

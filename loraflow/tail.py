@@ -21,7 +21,7 @@ import httpx
 from rich.console import Console
 from rich.text import Text
 
-from loraflow.connect import CliError
+from loraflow.errors import CliError
 
 Obj = dict[str, Any]
 PATH = "/_devstack/events"
