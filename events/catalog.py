@@ -13,6 +13,7 @@ from typing import Literal, NamedTuple
 from events import domain, external
 from events.json_schema import json_schema
 from events.records import Record
+from events.schema_urls import schema_url, slug
 
 HERE = Path(__file__).parent
 SCHEMAS = HERE / "schemas"
@@ -34,10 +35,11 @@ class EventType(NamedTuple):
 
     @property
     def slug(self) -> str:
-        return self.type.replace(".", "_").replace("-", "_")
+        return slug(self.type)
 
     def schema(self) -> dict[str, object]:
-        return {"$id": f"{self.type}.json", **json_schema(self.payload)}
+        """The JSON Schema, identified by the URI it is published at by default (`dataschema`)."""
+        return {"$id": schema_url(self.type), **json_schema(self.payload)}
 
 
 CATALOG: tuple[EventType, ...] = (

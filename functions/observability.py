@@ -2,15 +2,25 @@
 
 Metric names follow Prometheus conventions (`loraflow_` prefix, `_total` counters,
 `_seconds` histograms). Each function process exposes them at `GET /metrics`.
+
+Log lines are one JSON object each: `time` in RFC 3339, UTC, with milliseconds; the current
+trace id (`functions.tracing`) and, on every line about one adapter, `adapter`
+(`namespace/name`), both from context variables the edge sets for the length of one event.
 """
 
 from __future__ import annotations
 
+import contextvars
 import json
 import logging
+import re
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import UTC, datetime
 from typing import Any
 
+from functions import tracing
 from functions.metrics import Counter, Histogram, Registry
 
 REGISTRY = Registry()
@@ -57,8 +67,60 @@ KUBE_CONFLICTS = Counter(
 _SECRET_KEYS = ("token", "authorization", "password", "secret", "credential")
 
 
+# -- which adapter a line is about -------------------------------------------------------------
+_adapter: contextvars.ContextVar[str | None] = contextvars.ContextVar("loraflow_adapter", default=None)
+
+# /apis/<group>/<version>/namespaces/<ns>/loraadapters/<name> (our events' subject)
+_ADAPTER_SUBJECT = re.compile(r"^/apis/[^/]+/[^/]+/namespaces/([^/]+)/loraadapters/([^/]+)$")
+# /loraadapters/<ns>/<model>/<name>/... (file.changed: a storage path)
+_STORAGE_PATH = re.compile(r"^/loraadapters/([^/]+)/[^/]+/([^/]+)(/|$)")
+_NAME_MAX = 253
+
+
+def adapter_of(attributes: tracing.Lookup) -> str | None:
+    """`namespace/name` of the one adapter an event is about, from its attributes only: our
+    events' subject, an ApiServerSource event of a LoRAAdapter, a storage path; else None."""
+    subject = attributes.get("subject")
+    if attributes.get("kind") == "LoRAAdapter":
+        namespace, name = attributes.get("namespace"), attributes.get("name")
+        if isinstance(namespace, str) and isinstance(name, str) and namespace and name:
+            return f"{namespace}/{name}"[: 2 * _NAME_MAX]
+    if isinstance(subject, str) and len(subject) <= 4096:
+        match = _ADAPTER_SUBJECT.match(subject) or _STORAGE_PATH.match(subject)
+        if match is not None:
+            return f"{match.group(1)}/{match.group(2)}"[: 2 * _NAME_MAX]
+    return None
+
+
+def enter(headers: tracing.Lookup, attributes: tracing.Lookup | None = None) -> None:
+    """Set the context of the event being handled (the edge runs each request in a copied
+    context, so this lasts exactly as long as the request): the caller's trace, else the one
+    already set for this request, else a new one; the adapter, once the event is parsed."""
+    trace = tracing.incoming(headers, attributes) or tracing.current() or tracing.new_trace()
+    tracing.use(trace)
+    if attributes is not None:
+        _adapter.set(adapter_of(attributes))
+
+
+@contextmanager
+def about(adapter: str | None) -> Iterator[None]:
+    """Log lines inside the block are about `adapter` (`namespace/name`)."""
+    token = _adapter.set(adapter)
+    try:
+        yield
+    finally:
+        _adapter.reset(token)
+
+
+def rfc3339_millis(timestamp: float) -> str:
+    """`2026-12-01T09:20:00.123Z`: RFC 3339, UTC, milliseconds (what log stores parse)."""
+    moment = datetime.fromtimestamp(timestamp, UTC)
+    return moment.strftime("%Y-%m-%dT%H:%M:%S.") + f"{moment.microsecond // 1000:03d}Z"
+
+
 class JsonFormatter(logging.Formatter):
-    """One JSON object per line; extra fields from `logger.info(..., extra={...})` included.
+    """One JSON object per line; extra fields from `logger.info(..., extra={...})` included,
+    and the current trace id and adapter.
 
     Values under keys that look like credentials are replaced, so a token can never reach
     the logs by accident.
@@ -71,11 +133,18 @@ class JsonFormatter(logging.Formatter):
 
     def format(self, record: logging.LogRecord) -> str:
         entry: dict[str, Any] = {
-            "time": self.formatTime(record, "%Y-%m-%dT%H:%M:%S%z"),
+            "time": rfc3339_millis(record.created),
             "level": record.levelname.lower(),
             "logger": record.name,
             "msg": record.getMessage(),
         }
+        trace = tracing.current()
+        if trace is not None:
+            entry["trace_id"] = trace.trace_id
+            entry["span_id"] = trace.parent_id
+        adapter = _adapter.get()
+        if adapter is not None:
+            entry["adapter"] = adapter
         for key, value in record.__dict__.items():
             if key not in self._STANDARD and not key.startswith("_"):
                 entry[key] = "[redacted]" if any(s in key.lower() for s in _SECRET_KEYS) else value

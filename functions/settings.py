@@ -8,6 +8,7 @@ from collections.abc import Mapping
 from typing import Any, Literal
 
 from events.records import Invalid, Record, field, record_fields
+from events.schema_urls import DEFAULT_SCHEMA_BASE_URL
 
 ENV_PREFIX = "LORAFLOW_"
 
@@ -32,6 +33,7 @@ class Settings(Record):
     webhook_token: str | None = None
     broker_url: str | None = None
     kubeconfig: str | None = None
+    schema_base_url: str = field(default=DEFAULT_SCHEMA_BASE_URL, pattern=r"^https?://[^/]+")
 
     def __repr__(self) -> str:
         """The webhook token stays out of logs and tracebacks."""
