@@ -191,6 +191,7 @@ def function(
                 observability.enter(request.headers, event)
                 if event["type"] not in accepts:
                     raise Reject(f"{name} does not handle events of type {event['type']!r}")
+                observability.observe_age(name, event["type"], event.get("time"), time.time())
                 result = handle(event, deps())
             response, outcome = _answer(result)
         except Reject as err:

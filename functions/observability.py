@@ -21,7 +21,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from functions import tracing
-from functions.metrics import Counter, Histogram, Registry
+from functions.metrics import Counter, Histogram, ProcessCollector, Registry
 
 REGISTRY = Registry()
 
@@ -63,6 +63,45 @@ KUBE_CONFLICTS = Counter(
     ["resource"],
     registry=REGISTRY,
 )
+
+EVENT_AGE_SECONDS = Histogram(
+    "loraflow_event_age_seconds",
+    "Time from an event's `time` attribute (set by its producer) to the step handling it, by function "
+    "and type: the broker's queueing and retries, and for file.changed the notification's way",
+    ["function", "type"],
+    registry=REGISTRY,
+    buckets=(0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600),
+)
+WARNING_EVENTS = Counter(
+    "loraflow_warning_events_total",
+    "Warning Events recorded on adapters (a transition into a failing reason), by function and reason",
+    ["function", "reason"],
+    registry=REGISTRY,
+)
+DEAD_LETTERS = Counter(
+    "loraflow_dead_letters_total",
+    "Events the Broker gave up on (delivered to the dead-letter sink), by type (ours or `other`) and "
+    "the subscriber's last HTTP status",
+    ["type", "code"],
+    registry=REGISTRY,
+)
+PROCESS = ProcessCollector(REGISTRY)
+"""process_cpu_seconds_total, process_resident_memory_bytes, ... as prometheus_client names them."""
+
+
+def observe_age(function: str, event_type: str, time: object, now: float) -> None:
+    """The age of an event at its handling; an absent or unreadable `time` is not observed, and a
+    producer's clock ahead of ours counts as no age at all."""
+    if not isinstance(time, str) or len(time) > 64:
+        return
+    try:
+        sent = datetime.fromisoformat(time)
+    except ValueError:
+        return
+    if sent.tzinfo is None:
+        sent = sent.replace(tzinfo=UTC)  # RFC 3339 requires an offset; a missing one is read as UTC
+    EVENT_AGE_SECONDS.labels(function, event_type).observe(max(0.0, now - sent.timestamp()))
+
 
 _SECRET_KEYS = ("token", "authorization", "password", "secret", "credential")
 
