@@ -7,6 +7,8 @@
   emit has a subscriber (or is listed as public output only);
 - every FUNCTION_TARGET exists in main.py (parsed with ast; docs/contracts.md list as fallback);
 - RBAC grants only the listed verbs: no wildcard, no delete.
+
+The optional parts (knative/components/) are rendered and checked in test_components.py.
 """
 
 from __future__ import annotations
@@ -29,6 +31,8 @@ ROOT = Path(__file__).resolve().parents[2]
 KNATIVE_CRDS = Path(__file__).parent / "knative-crds"
 K8S_VERSION = "1.32"
 CONTRACT_FUNCTIONS = {"admit", "stat", "verify", "load", "reload", "unload", "resync", "ingest"}
+# ingest's only Trigger is the SQS one (components/sqs): the webhook queue posts to it directly.
+TRIGGERED_BY_DEFAULT = CONTRACT_FUNCTIONS - {"ingest"}
 # Types we emit that no step of ours consumes: outputs for platform teams' own Triggers.
 PUBLIC_OUTPUT_ONLY = {
     "io.loraflow.adapter.loaded.v1",
@@ -87,6 +91,7 @@ def knative_schemas() -> dict[tuple[str, str], Obj]:
     """(apiVersion, kind) -> openAPIV3Schema from the vendored Knative CRDs (and ours)."""
     found: dict[tuple[str, str], Obj] = {}
     paths = [*KNATIVE_CRDS.glob("*.yaml"), *(ROOT / "knative" / "crds").glob("*.yaml")]
+    paths += (Path(__file__).parent / "prometheus-operator-crds").glob("*.yaml")
     for path in paths:
         for crd in yaml.safe_load_all(path.read_text()):
             if not crd or crd.get("kind") != "CustomResourceDefinition":
@@ -112,8 +117,9 @@ def test_kustomize_renders_every_file() -> None:
     kinds = {o["kind"] for o in rendered()}
     expected = {"Namespace", "CustomResourceDefinition", "ServiceAccount", "ClusterRole"}
     expected |= {"ClusterRoleBinding", "ConfigMap", "Broker", "Service", "Trigger"}
-    expected |= {"ApiServerSource", "PingSource", "SinkBinding", "IntegrationSource"}
+    expected |= {"ApiServerSource", "PingSource", "SinkBinding", "EventType"}
     assert expected <= kinds
+    assert "IntegrationSource" not in kinds, "the SQS path is optional: components/sqs"
     assert len(of_kind("CustomResourceDefinition")) == 5
 
 
@@ -206,7 +212,7 @@ def test_every_emitted_type_has_a_subscriber() -> None:
 def test_every_function_has_a_trigger_and_a_service() -> None:
     services = {s["metadata"]["name"].removeprefix("loraflow-") for s in of_kind("Service")}
     assert services == CONTRACT_FUNCTIONS | {"dead-letters"}
-    assert {subscriber(t) for t in of_kind("Trigger")} == CONTRACT_FUNCTIONS
+    assert {subscriber(t) for t in of_kind("Trigger")} == TRIGGERED_BY_DEFAULT
 
 
 def test_contract_routes() -> None:
@@ -270,6 +276,13 @@ def test_function_service(service: Obj) -> None:
     assert c["livenessProbe"]["httpGet"]["path"] == "/healthz"
     assert c["envFrom"] == [{"configMapRef": {"name": "loraflow-config"}}]
     assert {"requests", "limits"} <= set(c["resources"])
+
+
+def test_the_dead_letter_sink_is_our_function() -> None:
+    (sink,) = [s for s in of_kind("Service") if s["metadata"]["name"] == "loraflow-dead-letters"]
+    assert env_of(sink)["FUNCTION_TARGET"] == "dead_letters" in main_py_functions()
+    assert container(sink)["image"] == "ghcr.io/loraflow/functions:0.1.0"
+    assert "serviceAccountName" not in sink["spec"]["template"]["spec"], "it needs no API access"
 
 
 def test_config_map_covers_settings_with_defaults() -> None:
