@@ -185,14 +185,16 @@ def function(
         observability.enter(request.headers)
         try:
             if webhook is not None and not _looks_like_cloudevent(request):
-                result = webhook(request, deps())
+                with observability.step_span(name, None):
+                    result = webhook(request, deps())
             else:
                 event = parse(request)
                 observability.enter(request.headers, event)
                 if event["type"] not in accepts:
                     raise Reject(f"{name} does not handle events of type {event['type']!r}")
                 observability.observe_age(name, event["type"], event.get("time"), time.time())
-                result = handle(event, deps())
+                with observability.step_span(name, event):
+                    result = handle(event, deps())
             response, outcome = _answer(result)
         except Reject as err:
             code = 401 if isinstance(err, Unauthorized) else 400

@@ -142,6 +142,15 @@ def enter(headers: tracing.Lookup, attributes: tracing.Lookup | None = None) -> 
 
 
 @contextmanager
+def step_span(function: str, event: tracing.Lookup | None) -> Iterator[None]:
+    """The step's OpenTelemetry span around its handler, when the `otel` extra is switched on
+    (functions.otel); a no-op otherwise."""
+    tracing.configure_once(function)
+    with tracing.span(function, tracing.span_attributes(event, _adapter.get())):
+        yield
+
+
+@contextmanager
 def about(adapter: str | None) -> Iterator[None]:
     """Log lines inside the block are about `adapter` (`namespace/name`)."""
     token = _adapter.set(adapter)

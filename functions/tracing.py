@@ -23,9 +23,10 @@ The current trace lives in a context variable set by the edge for the length of 
 from __future__ import annotations
 
 import contextvars
+import os
 import re
 import secrets
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any, NamedTuple, Protocol
 
@@ -59,6 +60,8 @@ class Trace(NamedTuple):
     parent_id: str
     flags: str = "00"
     state: str | None = None
+    ours: bool = False
+    """Started here, for an event that came without a trace (no caller's span to be a child of)."""
 
     @property
     def traceparent(self) -> str:
@@ -89,8 +92,8 @@ def parse(traceparent: object, tracestate: object = None) -> Trace | None:
         return None
     if trace_id == _INVALID_TRACE_ID or parent_id == _INVALID_PARENT_ID:
         return None
-    # Only the sampled bit is defined for version 00; unknown bits are not propagated.
-    return Trace(trace_id, parent_id, f"{int(flags, 16) & 1:02x}", _tracestate(tracestate))
+    # sampled (Level 1) and random (Level 2) are the defined bits; unknown ones are not propagated.
+    return Trace(trace_id, parent_id, f"{int(flags, 16) & 0x03:02x}", _tracestate(tracestate))
 
 
 def _tracestate(value: object) -> str | None:
@@ -122,7 +125,7 @@ def new_span_id() -> str:
 
 def new_trace() -> Trace:
     """The root of a trace that arrived without one."""
-    return Trace(secrets.token_hex(16), new_span_id())
+    return Trace(secrets.token_hex(16), new_span_id(), ours=True)
 
 
 def incoming(headers: Lookup, attributes: Lookup | None = None) -> Trace | None:
@@ -161,3 +164,76 @@ def outgoing() -> dict[str, str]:
     """Attributes / headers for what is emitted now: the current context, or nothing."""
     trace = _current.get()
     return trace.attributes() if trace is not None else {}
+
+
+# -- OpenTelemetry (the `otel` extra; functions.otel) ---------------------------------------------
+_tracer: Any = None
+"""An opentelemetry Tracer once `configure` found traces asked for; None: no spans (the default)."""
+_provider: Any = None
+_configured = False
+
+
+def configure(function: str, env: Mapping[str, str] | None = None, span_exporter: Any = None) -> bool:
+    """Spans on when the environment asks for them (functions.otel.wanted); False when off. Only
+    then is the OpenTelemetry SDK imported. `span_exporter` stands in for the named one (tests)."""
+    global _tracer, _provider, _configured
+    from functions import otel
+
+    _configured = True
+    env = os.environ if env is None else env
+    exporter = otel.wanted(env)
+    if _provider is not None:
+        _provider.shutdown()  # flushes what the previous configuration still holds
+    if exporter is None and span_exporter is None:
+        _tracer = _provider = None
+        return False
+    _provider = otel.provider(exporter or "otlp", otel.service_name(function, env), span_exporter)
+    _tracer = _provider.get_tracer("loraflow")
+    return True
+
+
+def flush(timeout_s: float = 5.0) -> bool:
+    """Export the spans still batched (True when there were none to wait for)."""
+    return bool(_provider.force_flush(int(timeout_s * 1000))) if _provider is not None else True
+
+
+def configure_once(function: str) -> None:
+    """`configure` from the environment at a process's first event (never at import)."""
+    if not _configured:
+        configure(function)
+
+
+@contextmanager
+def span(function: str, attributes: Mapping[str, Any]) -> Iterator[None]:
+    """The step's own span around its work, when spans are on. From its start on, the current
+    trace is this span's context, for the rest of the request (the edge's per-request context
+    ends with it): what the step emits, and every later log line, name this span. A trace we
+    started ourselves is no parent: the span is a root, and the SDK's sampler decides on it.
+    Nothing at all when off."""
+    if _tracer is None:
+        yield
+        return
+    from functions import otel
+
+    parent = _current.get()
+    under = parent[:4] if parent is not None and not parent.ours else None
+    state = parent.state if under is not None and parent is not None else None
+    with otel.span(_tracer, function, under, attributes) as (trace_id, span_id, flags):
+        _current.set(Trace(trace_id, span_id, flags, state))
+        yield
+
+
+def span_attributes(event: Lookup | None, adapter: str | None) -> dict[str, str]:
+    """The CloudEvents semantic-convention attributes of the span of one event."""
+    found: dict[str, str] = {}
+    if event is not None:
+        for attribute, key in (("id", "event_id"), ("source", "event_source"), ("type", "event_type")):
+            value = event.get(attribute)
+            if isinstance(value, str):
+                found[f"cloudevents.{key}"] = value[:256]
+        subject = event.get("subject")
+        if isinstance(subject, str):
+            found["cloudevents.event_subject"] = subject[:512]
+    if adapter:
+        found["loraflow.adapter"] = adapter
+    return found

@@ -59,9 +59,9 @@ def test_valid_traceparent() -> None:
 
 
 def test_a_future_version_is_read_by_its_first_four_fields_and_unknown_flags_dropped() -> None:
-    """W3C: a higher version may append fields; only the sampled flag is defined for 00."""
+    """W3C: a higher version may append fields; sampled and random are the flags defined."""
     trace = tracing.parse(f"cc-{TRACE_ID}-{PARENT}-ff-what-ever")
-    assert trace is not None and trace.traceparent == TRACEPARENT
+    assert trace is not None and trace.traceparent == f"00-{TRACE_ID}-{PARENT}-03"  # sampled, random
 
 
 def test_tracestate_keeps_valid_members_once_within_the_bounds() -> None:
@@ -94,7 +94,8 @@ def test_header_wins_over_the_event_attribute() -> None:
 
 def test_new_traces_are_valid_and_distinct() -> None:
     first, second = tracing.new_trace(), tracing.new_trace()
-    assert tracing.parse(first.traceparent) == first and not first.sampled
+    assert tracing.parse(first.traceparent) == first._replace(ours=False)
+    assert first.ours and not first.sampled
     assert first.trace_id != second.trace_id
 
 
