@@ -31,6 +31,7 @@ BENCHMARKS: dict[str, int] = {
     "storage_scale": 6,
     "md5_stream": 7,
     "resync_scale": 8,
+    "cli_help": 10,
 }
 OPTIONAL = {"upload_latency": 1, "throughput": 9}
 """Need the embedded stack (devstack.stack); run when their module exists."""
