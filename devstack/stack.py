@@ -93,7 +93,11 @@ class Stack:
         self.notifications = notifications
         self.time_scale = time_scale
         self.knative_dir = knative_dir
-        self.manifests = [dict(m) for m in manifests] if manifests is not None else render(knative_dir)
+        # SQS notifications need the optional part that brings them in (knative/components/sqs).
+        components = ("sqs",) if notifications == "sqs" else ()
+        self.manifests = (
+            [dict(m) for m in manifests] if manifests is not None else render(knative_dir, components)
+        )
         self.function_env = dict(function_env or {})
         self.function_processes = function_processes
         self.webhook_token = secrets.token_hex(16)
