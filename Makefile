@@ -54,7 +54,7 @@ test: $(STAMP) ## Run the test suite
 lint: $(STAMP) ## ruff + mypy
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
-	$(VENV)/bin/mypy functions events devstack loraflow
+	$(VENV)/bin/mypy --explicit-package-bases functions events devstack loraflow tests/support
 
 bench: $(STAMP) $(RUNTIME_STAMP) ## Run the benchmark suite, write bench/results/*.json
 	$(PY) -m bench --update-readme

@@ -12,7 +12,7 @@ import tempfile
 from pathlib import Path
 
 from bench.common import Result, median_of, timed
-from devstack.filer import FilerServer
+from devstack.standins.filer import FilerServer
 from functions.adapters.storage import FilerStorage
 
 PATH = "/loraadapters/bench/model/big/adapter_model.safetensors"

@@ -20,6 +20,7 @@ import httpx
 from bench import world as w
 from bench.common import Result, median_of, percentile, timed
 from functions.settings import Settings
+from tests.support.wait import eventually
 
 
 def _measure(adapters: int, latency: float, repeats: int) -> dict[str, Any]:
@@ -56,7 +57,7 @@ def _measure(adapters: int, latency: float, repeats: int) -> dict[str, Any]:
         with httpx.Client(timeout=30) as http:
             for _ in range(repeats):
                 replica.restart(unhealthy_for_s=0.0)
-                w.wait_until(lambda: replica.healthy, 5)
+                eventually(lambda: replica.healthy, 5, what="engine healthy", interval=0.002)
                 paths = [(n, w.engine_path(world, ns, n)) for n in names]
                 with ThreadPoolExecutor(concurrency) as pool:
                     reference.append(

@@ -19,10 +19,11 @@ import httpx
 
 from bench import world as w
 from bench.common import Result, median_of, timed
-from devstack.engines.base import LoadedAdapter
-from devstack.kube.store import WriteOptions
+from devstack.standins.engines.base import LoadedAdapter
+from devstack.standins.kube.store import WriteOptions
 from events.external import PING
 from functions.resources.kinds import MODEL_DEPLOYMENT, VLLM_ADAPTER
+from tests.support.wait import eventually
 
 
 def _bulk(world: w.World, ns: str, adapters: int, deployments: int) -> tuple[set[str], dict[str, str]]:
@@ -126,7 +127,7 @@ def run(smoke: bool) -> Result:
         url = f"http://127.0.0.1:{port}/"
         http = httpx.Client(timeout=120)
         try:
-            w.wait_until(lambda: _answers(http, url), 60, 0.01)  # process started (not measured here)
+            eventually(lambda: _answers(http, url), 60, what="resync answers", interval=0.01)  # not measured
             samples: list[float] = []
             requests: list[int] = []
             nudged: set[str] = set()

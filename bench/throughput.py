@@ -31,6 +31,7 @@ from devstack.stack import Stack
 from events.domain import ADAPTER_DRIFTED, STEP_EXTENSION
 from functions.resources.kinds import MODEL as MODEL_KIND
 from functions.resources.kinds import MODEL_DEPLOYMENT, MODEL_DEPLOYMENT_LABEL, VLLM_ADAPTER
+from tests.support.wait import eventually
 
 NS = "default"
 
@@ -61,7 +62,7 @@ def _setup(stack: Stack, adapters: list[str], replicas: int) -> None:
             for p in pods
         )
 
-    assert w.wait_until(lambda: ready_pods() == replicas, 60, 0.05)
+    eventually(lambda: ready_pods() == replicas, 60, what="replicas Ready", interval=0.05)
     for name in adapters:
         base = f"/loraadapters/{NS}/{w.MODEL}/{name}/"
         files = {
@@ -75,7 +76,9 @@ def _setup(stack: Stack, adapters: list[str], replicas: int) -> None:
         for path, content in files.items():
             stack.filer.put_file(path, content)
     replicas_of = [r for key, r in stack.workload.fleet.items() if key.startswith(NS + "/")]
-    assert w.wait_until(lambda: all(set(adapters) <= set(r.loaded) for r in replicas_of), 60, 0.05)
+    eventually(
+        lambda: all(set(adapters) <= set(r.loaded) for r in replicas_of), 60, what="all loaded", interval=0.05
+    )
     stack.settle(timeout=30, quiet=0.5)
 
 
@@ -111,7 +114,7 @@ def _burst(stack: Stack, step: str, adapters: list[str], count: int) -> dict[str
     started = time.perf_counter()
     for event in events:
         stack.broker.publish(event)
-    assert w.wait_until(lambda: len(_deliveries(stack, ids, since)) >= count, 120, 0.005)
+    eventually(lambda: len(_deliveries(stack, ids, since)) >= count, 120, what="deliveries", interval=0.005)
     elapsed = time.perf_counter() - started
     done = _deliveries(stack, ids, since)
     latencies = [float(e["duration_ms"]) for e in done]
@@ -137,7 +140,8 @@ def _one_at_a_time(stack: Stack, step: str, adapters: list[str], count: int) -> 
         event = _nudge(step, adapters[i % len(adapters)])
         since = _last_seq(stack)
         stack.broker.publish(event)
-        assert w.wait_until(lambda e=event, s=since: bool(_deliveries(stack, {e["id"]}, s)), 30, 0.001)
+        delivered = lambda e=event, s=since: bool(_deliveries(stack, {e["id"]}, s))  # noqa: E731
+        eventually(delivered, 30, what="delivered", interval=0.001)
         latencies.append(float(_deliveries(stack, {event["id"]}, since)[0]["duration_ms"]))
     return {
         "p50": round(median_of(latencies), 1),

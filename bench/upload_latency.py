@@ -32,12 +32,13 @@ import httpx
 
 from bench import world as w
 from bench.common import Result, median_of, percentile
-from devstack.broker import Faults
+from devstack.eventing.broker import Faults
 from devstack.stack import Stack
 from functions.logic.paths import engine_path
 from functions.resources.kinds import MODEL as MODEL_KIND
 from functions.resources.kinds import MODEL_DEPLOYMENT, MODEL_DEPLOYMENT_LABEL, VLLM_ADAPTER
 from functions.settings import Settings
+from tests.support.wait import NotReached, eventually
 
 NS = "default"
 MERGE = {"Content-Type": "application/merge-patch+json"}
@@ -261,7 +262,7 @@ def _size(stack: Stack, replicas: int, repeats: int, concurrency: int) -> dict[s
     deployment = f"d{replicas}"
     names = [f"r{replicas}-u{i}" for i in range(repeats + 1)]  # +1: warm-up
     _deployment(stack, replicas, names)
-    assert w.wait_until(lambda: _ready_pods(stack, deployment) == replicas, 60, 0.05)
+    eventually(lambda: _ready_pods(stack, deployment) == replicas, 60, what="replicas Ready", interval=0.05)
     stack.settle(timeout=20, quiet=0.3)
     probe = Probe(stack, deployment)
     runs = [_measure_one(stack, probe, name) for name in names]
@@ -304,7 +305,8 @@ def run(smoke: bool) -> Result:
         for replicas in sizes:
             results[replicas] = _size(stack, replicas, repeats, concurrency)
             # the deployment was deleted: let its replicas go before the next size (best effort)
-            w.wait_until(lambda: not stack.workload.pods(NS, MODEL_DEPLOYMENT_LABEL), 5, 0.05)
+            with contextlib.suppress(NotReached):
+                eventually(lambda: not stack.workload.pods(NS, MODEL_DEPLOYMENT_LABEL), 5, interval=0.05)
     main = results[sizes[0]]
     value = main["median_ms"]
     met = value <= 150 and all(r["ratio"] <= 3 for r in results.values())

@@ -1,6 +1,6 @@
 """A reusable bench fixture: the stand-ins and the real functions over HTTP, in this process.
 
-The same setup as tests/functions/conftest.py (Kubernetes stand-in with RBAC, filer, event
+The same setup as the `world` fixture (tests/conftest.py) (Kubernetes stand-in with RBAC, filer, event
 sink, workload with engine replicas, every function served by functions-framework), as a
 context manager, plus the few helpers the benchmarks share (ready adapters, deployments,
 CloudEvents, a synchronous router that follows the Triggers without the broker).
@@ -15,7 +15,7 @@ import logging
 import os
 import signal
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -24,9 +24,10 @@ from cloudevents.conversion import to_binary
 from cloudevents.http import CloudEvent, from_http
 
 from devstack.functions_host import free_port, launch
-from devstack.testbed import Testbed, environment, testbed
 from functions.resources.kinds import MODEL as MODEL_KIND
 from functions.resources.kinds import MODEL_DEPLOYMENT, MODEL_DEPLOYMENT_LABEL, VLLM_ADAPTER, Kind
+from tests.support.testbed import Testbed, environment, testbed
+from tests.support.wait import eventually
 
 ROOT = Path(__file__).resolve().parents[1]
 FUNCTIONS_USER = "system:serviceaccount:loraflow:loraflow-functions"
@@ -154,15 +155,6 @@ def world(functions: bool = True, **engine_defaults: Any) -> Iterator[World]:
         yield started
 
 
-def wait_until(check: Callable[[], bool], timeout: float, interval: float = 0.002) -> bool:
-    deadline = time.monotonic() + timeout
-    while not check():
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(interval)
-    return True
-
-
 def engine_path(world: World, namespace: str, name: str) -> str:
     from functions.logic.paths import engine_path as to_engine
 
@@ -179,7 +171,7 @@ def route(world: World, first: CloudEvent, function: str | None = None) -> list[
     """Deliver `first` (to `function`, else by the Triggers), then every reply by the Triggers,
     synchronously and breadth first, until nothing is left: the broker's routing without the
     broker. Returns (function, event type, HTTP status) per delivery."""
-    from devstack.triggers import KNATIVE_DIR, load_triggers, render, subscriber_service
+    from devstack.eventing.triggers import KNATIVE_DIR, load_triggers, render, subscriber_service
 
     triggers = load_triggers(render(KNATIVE_DIR))
     delivered: list[tuple[str, str, int]] = []
@@ -233,8 +225,7 @@ def function_process(name: str) -> Iterator[str]:
 
     try:
         with httpx.Client(timeout=5) as http:
-            if not wait_until(lambda: answers(http), 60, 0.01):
-                raise RuntimeError(f"{name} did not start")
+            eventually(lambda: answers(http), 60, what=f"{name} answers /healthz", interval=0.01)
         yield url
     finally:
         process.send_signal(signal.SIGINT)  # gunicorn quick shutdown

@@ -1,4 +1,4 @@
-"""`loraflow-devstack` / `python -m devstack`: `serve [--endpoints-file PATH]` or `demo`."""
+"""`python -m devstack`: `serve [--endpoints-file PATH]` or `demo`."""
 
 from __future__ import annotations
 
@@ -66,7 +66,7 @@ def serve(endpoints_file: Path, ping_period: float | None) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="loraflow-devstack", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m devstack", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
     serve_cmd = commands.add_parser("serve", help="run the embedded stack in the foreground")
     serve_cmd.add_argument("--endpoints-file", type=Path, default=DEFAULT_ENDPOINTS)

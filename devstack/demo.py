@@ -51,10 +51,12 @@ class NotConverged(Exception):
     """A step's expectation did not hold in time; the message says which."""
 
 
-# -- a small client for the stack -------------------------------------------------------------------
+# -- what the narration does with the stack --------------------------------------------------------
 @dataclass
-class Cluster:
-    """What a user does with kubectl, curl and the filer, against one namespace."""
+class StackUser:
+    """What a user does with kubectl, curl and the filer, against one namespace.
+
+    The narration needs exactly this; the tests' `tests.support.cluster.Cluster` builds on it."""
 
     stack: Stack
     namespace: str = NAMESPACE
@@ -173,7 +175,7 @@ class Row:
     reason: str
 
 
-def status_row(cluster: Cluster, adapter: Adapter) -> Row:
+def status_row(cluster: StackUser, adapter: Adapter) -> Row:
     """One line of `kubectl get`-like status, with LOADED-IN counted from the engines."""
     obj = cluster.get(adapter.kind, adapter.name)
     pods = cluster.pods(adapter.selector)
@@ -194,7 +196,7 @@ def status_row(cluster: Cluster, adapter: Adapter) -> Row:
     return Row(adapter.name, adapter.label, phase, ready, f"{loaded}/{len(pods)}", reason)
 
 
-def status_table(cluster: Cluster, title: str) -> Table:
+def status_table(cluster: StackUser, title: str) -> Table:
     table = Table(title=title, title_justify="left")
     for column in ("NAME", "KIND", "PHASE/AVAILABLE", "READY/LOADED", "LOADED-IN", "REASON"):
         table.add_column(column)
@@ -208,7 +210,7 @@ def status_table(cluster: Cluster, title: str) -> Table:
 class Demo:
     def __init__(self, stack: Stack, console: Console | None = None) -> None:
         self.stack = stack
-        self.cluster = Cluster(stack)
+        self.cluster = StackUser(stack)
         self.console = console or Console()
         self.timings: list[tuple[str, float]] = []
         self._live: Live | None = None
@@ -382,8 +384,10 @@ class Demo:
             return "no trace on its adapter.loaded event"
         chain: list[str] = []
         for entry in received:
-            short = str(entry["type"]).removesuffix(".v1").rpartition(".")[2]
-            short = f"apiserver {short}" if str(entry["type"]).startswith("dev.knative.apiserver.") else short
+            type_ = str(entry["type"])
+            short = type_.removeprefix("io.loraflow.").removesuffix(".v1").removeprefix("adapter.")
+            if type_.startswith("dev.knative.apiserver.resource."):
+                short = f"apiserver {type_.rpartition('.')[2]}"
             if entry.get("trace_id") == trace_id and short not in chain:
                 chain.append(short)
         return f"trace {trace_id} ({' -> '.join(chain)})"

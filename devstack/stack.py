@@ -29,15 +29,22 @@ from typing import Any, Literal
 import boto3
 from kubernetes import client, config
 
-from devstack.apiserversource import ApiServerSource
-from devstack.broker import Broker, BrokerClient, Faults
-from devstack.filer import FilerServer
+from devstack.eventing.apiserversource import ApiServerSource
+from devstack.eventing.broker import Broker, BrokerClient, Faults
+from devstack.eventing.pingsource import PingSource
+from devstack.eventing.sink import EventSink
+from devstack.eventing.triggers import (
+    KNATIVE_DIR,
+    ManifestError,
+    load_triggers,
+    of_kind,
+    render,
+    subscriber_service,
+)
 from devstack.functions_host import FunctionHost, ProcessFunctionHost
-from devstack.kube import KubeServer
-from devstack.pingsource import PingSource
-from devstack.sink import EventSink
-from devstack.sqs_bridge import SqsBridge
-from devstack.triggers import KNATIVE_DIR, ManifestError, load_triggers, of_kind, render, subscriber_service
+from devstack.standins.filer import FilerServer
+from devstack.standins.kube import KubeServer
+from devstack.standins.sqs_bridge import SqsBridge
 from devstack.workload import Workload
 from functions._edge import reset_deps
 

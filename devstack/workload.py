@@ -25,7 +25,7 @@ from typing import Any, Literal
 
 from kubernetes import client, watch
 
-from devstack.engines import EngineFleet, EngineReplica
+from devstack.standins.engines import EngineFleet, EngineReplica
 from functions.resources.kinds import (
     INFERENCE_SERVICE,
     INFERENCE_SERVICE_LABEL,

@@ -1,6 +1,6 @@
 """`loraflow events`: tail the domain events that went through the embedded broker.
 
-Contract (devstack/broker.py, `EventLog`): `GET <broker>/_devstack/events?since=N` answers a
+Contract (devstack/eventing/broker.py, `EventLog`): `GET <broker>/_devstack/events?since=N` answers a
 JSON list of log entries with `seq > N`, oldest first. An entry is
 `{seq, time, id, type, subject, outcome, ...}` where `outcome` is `received` (the event entered
 the broker; `triggers` names the matching Triggers), `delivered`, `retrying`, `failed`,

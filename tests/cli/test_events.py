@@ -10,7 +10,7 @@ import pytest
 from cloudevents.conversion import to_binary
 from cloudevents.http import CloudEvent
 
-from devstack.broker import Broker
+from devstack.eventing.broker import Broker
 from loraflow.cli import main
 from loraflow.tail import parse_page
 

@@ -4,8 +4,7 @@ through the filer notifications, the broker, the Triggers and every function."""
 from __future__ import annotations
 
 import json
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +13,7 @@ import pytest
 from devstack.stack import Stack
 from functions.resources.kinds import MODEL, MODEL_DEPLOYMENT, VLLM_ADAPTER, Kind
 from loraflow.cli import main
+from tests.support.wait import eventually
 
 MODEL_NAME = "llama3-8b"
 
@@ -30,15 +30,6 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Stack, Pat
 def create(stack: Stack, kind: Kind, namespace: str, name: str, spec: dict[str, Any]) -> None:
     body = {"apiVersion": kind.api_version, "kind": kind.kind, "metadata": {"name": name}, "spec": spec}
     stack.custom.create_namespaced_custom_object(kind.group, kind.version, namespace, kind.plural, body)
-
-
-def eventually(check: Callable[[], bool], timeout: float = 30.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if check():
-            return True
-        time.sleep(0.1)
-    return check()
 
 
 def adapter_status(stack: Stack, namespace: str, name: str) -> dict[str, Any]:
@@ -66,10 +57,10 @@ def test_upload_makes_the_adapter_ready_and_loaded(
 
     assert main([*argv, "--endpoints", str(endpoints)]) == 0
 
-    assert eventually(lambda: adapter_status(running, namespace, "finance").get("ready") is True), (
-        adapter_status(running, namespace, "finance")
+    eventually(lambda: adapter_status(running, namespace, "finance").get("ready") is True, 30, what="Ready")
+    eventually(
+        lambda: adapter_status(running, namespace, "finance").get("usedBy") == ["llama"], 30, what="used"
     )
-    assert eventually(lambda: adapter_status(running, namespace, "finance").get("usedBy") == ["llama"])
     running.settle()
     capsys.readouterr()
 

@@ -12,19 +12,19 @@ import pytest
 
 from functions.resources.kinds import INFERENCE_SERVICE, MODEL_DEPLOYMENT, SGLANG_ADAPTER, VLLM_ADAPTER, Kind
 from loraflow.status import age, human_size, last_reason
-from tests.cli.conftest import Stack
+from tests.support.cli import CliStack
 
 MODEL = "llama3-8b"
 NOW = "2026-11-30T05:00:00Z"
 
 
-def create(stack: Stack, kind: Kind, namespace: str, body: dict[str, Any]) -> None:
+def create(stack: CliStack, kind: Kind, namespace: str, body: dict[str, Any]) -> None:
     body = {"apiVersion": kind.api_version, "kind": kind.kind, **body}
     body["metadata"]["namespace"] = namespace
     stack.custom.create_namespaced_custom_object(kind.group, kind.version, namespace, kind.plural, body)
 
 
-def set_status(stack: Stack, kind: Kind, namespace: str, name: str, status: dict[str, Any]) -> None:
+def set_status(stack: CliStack, kind: Kind, namespace: str, name: str, status: dict[str, Any]) -> None:
     stack.custom.patch_namespaced_custom_object_status(
         kind.group,
         kind.version,
@@ -40,7 +40,7 @@ def condition(type_: str, status: str, reason: str, message: str = "", at: str =
     return {"type": type_, "status": status, "reason": reason, "message": message, "lastTransitionTime": at}
 
 
-def pods(stack: Stack, namespace: str, selector: str) -> list[str]:
+def pods(stack: CliStack, namespace: str, selector: str) -> list[str]:
     return sorted(p["metadata"]["name"] for p in stack.workload.pods(namespace, selector))
 
 
@@ -51,7 +51,7 @@ def write_adapter_dir(root: Path) -> None:
 
 
 @pytest.fixture
-def scene(stack: Stack, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> dict[str, Any]:
+def scene(stack: CliStack, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> dict[str, Any]:
     """A Ready seed-1 adapter on a 2-replica ModelDeployment, loaded in one pod only; a seed-2
     adapter on a 1-replica SGLang InferenceService, loaded there, with an old error."""
     namespace = stack.namespace()
@@ -128,7 +128,7 @@ def lines_with(out: str, *words: str) -> list[str]:
 
 
 def test_status_shows_both_kinds_and_where_each_is_loaded(
-    stack: Stack, scene: dict[str, Any], capsys: pytest.CaptureFixture[str]
+    stack: CliStack, scene: dict[str, Any], capsys: pytest.CaptureFixture[str]
 ) -> None:
     assert stack.run("status", "--namespace", scene["namespace"]) == 0
     out = capsys.readouterr().out
@@ -147,7 +147,7 @@ def test_status_shows_both_kinds_and_where_each_is_loaded(
 
 
 def test_status_name_filter_all_namespaces_and_unknown_name(
-    stack: Stack, scene: dict[str, Any], capsys: pytest.CaptureFixture[str]
+    stack: CliStack, scene: dict[str, Any], capsys: pytest.CaptureFixture[str]
 ) -> None:
     assert stack.run("status", "support", "-A") == 0
     out = capsys.readouterr().out
@@ -160,7 +160,7 @@ def test_status_name_filter_all_namespaces_and_unknown_name(
 
 
 def test_status_marks_an_engine_that_does_not_answer(
-    stack: Stack, scene: dict[str, Any], capsys: pytest.CaptureFixture[str]
+    stack: CliStack, scene: dict[str, Any], capsys: pytest.CaptureFixture[str]
 ) -> None:
     namespace, pod = scene["namespace"], scene["vllm_pods"][1]
     stack.workload.replica(namespace, pod).stop()
@@ -171,7 +171,10 @@ def test_status_marks_an_engine_that_does_not_answer(
 
 
 def test_watch_refreshes_until_interrupted(
-    stack: Stack, scene: dict[str, Any], monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+    stack: CliStack,
+    scene: dict[str, Any],
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
     sleeps: list[float] = []
 
@@ -188,7 +191,7 @@ def test_watch_refreshes_until_interrupted(
     assert "finance" in capsys.readouterr().out
 
 
-def test_empty_namespace(stack: Stack, capsys: pytest.CaptureFixture[str]) -> None:
+def test_empty_namespace(stack: CliStack, capsys: pytest.CaptureFixture[str]) -> None:
     assert stack.run("status", "--namespace", stack.namespace()) == 0
     assert "No LoRAAdapters found." in capsys.readouterr().out
 

@@ -12,7 +12,7 @@ import pytest
 
 from functions.resources.kinds import VLLM_ADAPTER
 from loraflow.upload import md5_of, stored_md5s
-from tests.cli.conftest import Stack
+from tests.support.cli import CliStack
 
 MODEL = "llama3-8b"
 
@@ -34,26 +34,26 @@ def md5(content: bytes) -> str:
     return hashlib.md5(content, usedforsecurity=False).hexdigest()
 
 
-def get_adapter(stack: Stack, namespace: str, name: str) -> dict[str, object]:
+def get_adapter(stack: CliStack, namespace: str, name: str) -> dict[str, object]:
     found: dict[str, object] = stack.custom.get_namespaced_custom_object(
         VLLM_ADAPTER.group, VLLM_ADAPTER.version, namespace, VLLM_ADAPTER.plural, name
     )
     return found
 
 
-def integrity(stack: Stack, namespace: str, name: str) -> dict[str, str]:
+def integrity(stack: CliStack, namespace: str, name: str) -> dict[str, str]:
     spec = get_adapter(stack, namespace, name)["spec"]
     assert isinstance(spec, dict)
     result: dict[str, str] = spec["integrity"]["md5"]
     return result
 
 
-def upload(stack: Stack, directory: Path, namespace: str, name: str) -> int:
+def upload(stack: CliStack, directory: Path, namespace: str, name: str) -> int:
     return stack.run("upload", str(directory), "--model", MODEL, "--name", name, "--namespace", namespace)
 
 
 def test_upload_stores_files_and_declares_integrity(
-    stack: Stack, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    stack: CliStack, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     namespace = stack.namespace()
     files = make_adapter(tmp_path)
@@ -76,7 +76,7 @@ def test_upload_stores_files_and_declares_integrity(
 
 
 def test_reupload_skips_unchanged_and_sends_only_a_changed_file(
-    stack: Stack, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    stack: CliStack, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     namespace = stack.namespace()
     files = make_adapter(tmp_path)
@@ -103,7 +103,7 @@ def test_reupload_skips_unchanged_and_sends_only_a_changed_file(
         assert stack.filer.entry(prefix + rel)["Mtime"] == mtimes[rel]  # type: ignore[index]
 
 
-def test_reupload_drops_integrity_of_files_no_longer_uploaded(stack: Stack, tmp_path: Path) -> None:
+def test_reupload_drops_integrity_of_files_no_longer_uploaded(stack: CliStack, tmp_path: Path) -> None:
     namespace = stack.namespace()
     make_adapter(tmp_path)
     assert upload(stack, tmp_path, namespace, "slim") == 0
@@ -119,7 +119,7 @@ def test_reupload_drops_integrity_of_files_no_longer_uploaded(stack: Stack, tmp_
 
 
 def test_a_stored_file_without_md5_is_uploaded_again(
-    stack: Stack, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    stack: CliStack, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     namespace = stack.namespace()
     make_adapter(tmp_path)
@@ -133,7 +133,7 @@ def test_a_stored_file_without_md5_is_uploaded_again(
     assert f"uploaded             {path}" in capsys.readouterr().out
 
 
-def test_listing_is_paginated(stack: Stack, tmp_path: Path) -> None:
+def test_listing_is_paginated(stack: CliStack, tmp_path: Path) -> None:
     directory = f"/loraadapters/pages/{MODEL}/many/"
     expected = {}
     for index in range(7):
@@ -161,7 +161,7 @@ def test_md5_of_streams_in_chunks(tmp_path: Path) -> None:
     ],
 )
 def test_expected_failures_exit_1_with_a_clear_message(
-    stack: Stack, tmp_path: Path, capsys: pytest.CaptureFixture[str], argv: list[str], message: str
+    stack: CliStack, tmp_path: Path, capsys: pytest.CaptureFixture[str], argv: list[str], message: str
 ) -> None:
     make_adapter(tmp_path)
     base = ["upload", str(tmp_path), "--model", MODEL, "--namespace", "default"]
@@ -175,7 +175,7 @@ def test_expected_failures_exit_1_with_a_clear_message(
 
 
 def test_missing_directory_and_unreachable_cluster(
-    stack: Stack, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    stack: CliStack, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     assert stack.run("upload", str(tmp_path / "nope"), "--model", MODEL, "--name", "x") == 1
     assert "is not a directory" in capsys.readouterr().err

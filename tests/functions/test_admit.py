@@ -9,7 +9,7 @@ from cloudevents.http import CloudEvent, from_http
 
 from events.domain import ADAPTER_ADMITTED, ADAPTER_DRIFTED
 from functions.resources.kinds import INFERENCE_SERVICE, MODEL, SGLANG_ADAPTER, VLLM_ADAPTER
-from tests.functions.conftest import World
+from tests.support.testbed import Testbed
 
 MODES = [pytest.param(False, id="binary"), pytest.param(True, id="structured")]
 
@@ -23,16 +23,16 @@ def conditions(obj: dict[str, Any]) -> dict[str, tuple[str, str]]:
     return {c["type"]: (c["status"], c["reason"]) for c in obj["status"]["conditions"]}
 
 
-def warnings(world: World, ns: str) -> list[str]:
+def warnings(world: Testbed, ns: str) -> list[str]:
     return [e.reason for e in world.core.list_namespaced_event(ns).items if e.type == "Warning"]
 
 
-def adapter(world: World, ns: str, name: str = "a", **spec: Any) -> dict[str, Any]:
+def adapter(world: Testbed, ns: str, name: str = "a", **spec: Any) -> dict[str, Any]:
     return world.create(VLLM_ADAPTER, ns, {"metadata": {"name": name}, "spec": {"model": "llama", **spec}})
 
 
 @pytest.mark.parametrize("structured", MODES)
-def test_first_admission_then_own_update_is_a_no_op(world: World, structured: bool) -> None:
+def test_first_admission_then_own_update_is_a_no_op(world: Testbed, structured: bool) -> None:
     ns = world.namespace()
     world.create(MODEL, ns, {"metadata": {"name": "llama"}, "spec": {}})
     created = adapter(world, ns)
@@ -67,7 +67,7 @@ def test_first_admission_then_own_update_is_a_no_op(world: World, structured: bo
     assert world.get(VLLM_ADAPTER, ns, "a") == stored
 
 
-def test_missing_model_then_model_appears(world: World) -> None:
+def test_missing_model_then_model_appears(world: Testbed) -> None:
     ns = world.namespace()
     created = adapter(world, ns)
     reply_of(world.post("admit", world.apiserver_event("add", created)))
@@ -94,7 +94,7 @@ def test_missing_model_then_model_appears(world: World) -> None:
     assert stored["status"]["phase"] == "Pending"
 
 
-def test_integrity_key_outside_the_adapter(world: World) -> None:
+def test_integrity_key_outside_the_adapter(world: Testbed) -> None:
     ns = world.namespace()
     world.create(MODEL, ns, {"metadata": {"name": "llama"}, "spec": {}})
     inside = f"/loraadapters/{ns}/llama/a/w.safetensors"
@@ -109,7 +109,7 @@ def test_integrity_key_outside_the_adapter(world: World) -> None:
     assert stored["status"]["phase"] == "Failed"
 
 
-def sglang(world: World, ns: str, isvc_ns: str | None = None) -> dict[str, Any]:
+def sglang(world: Testbed, ns: str, isvc_ns: str | None = None) -> dict[str, Any]:
     ref: dict[str, Any] = {"name": "isvc"}
     if isvc_ns:
         ref["namespace"] = isvc_ns
@@ -123,12 +123,12 @@ def sglang(world: World, ns: str, isvc_ns: str | None = None) -> dict[str, Any]:
     )
 
 
-def isvc(world: World, ns: str, runtime: str) -> None:
+def isvc(world: Testbed, ns: str, runtime: str) -> None:
     world.create(INFERENCE_SERVICE, ns, {"metadata": {"name": "isvc"}, "spec": {"runtime": runtime}})
 
 
 @pytest.mark.parametrize("structured", MODES)
-def test_sglang_available(world: World, structured: bool) -> None:
+def test_sglang_available(world: Testbed, structured: bool) -> None:
     ns = world.namespace()
     isvc(world, ns, "sglang")
     created = sglang(world, ns)
@@ -145,7 +145,7 @@ def test_sglang_available(world: World, structured: bool) -> None:
     assert world.post("admit", world.apiserver_event("update", stored)).status_code == 204
 
 
-def test_sglang_target_missing_in_other_namespace(world: World) -> None:
+def test_sglang_target_missing_in_other_namespace(world: Testbed) -> None:
     ns, other = world.namespace(), world.namespace()
     isvc(world, ns, "sglang")  # same name, wrong namespace
     created = sglang(world, ns, isvc_ns=other)
@@ -158,7 +158,7 @@ def test_sglang_target_missing_in_other_namespace(world: World) -> None:
     }
 
 
-def test_sglang_runtime_mismatch_then_fixed(world: World) -> None:
+def test_sglang_runtime_mismatch_then_fixed(world: Testbed) -> None:
     ns = world.namespace()
     isvc(world, ns, "vllm")
     created = sglang(world, ns)
@@ -188,13 +188,13 @@ def test_sglang_runtime_mismatch_then_fixed(world: World) -> None:
     }
 
 
-def published_admissions(world: World, ns: str) -> list[str]:
+def published_admissions(world: Testbed, ns: str) -> list[str]:
     """Names of this namespace's adapters whose adapter.admitted the sink (K_SINK) received."""
     refs = [e.get_data()["adapter"] for e in world.sink.of_type(ADAPTER_ADMITTED)]
     return sorted(ref["name"] for ref in refs if ref["namespace"] == ns)
 
 
-def test_a_new_model_admits_the_adapters_waiting_for_it(world: World) -> None:
+def test_a_new_model_admits_the_adapters_waiting_for_it(world: Testbed) -> None:
     ns = world.namespace()
     for name, model in (("a", "llama"), ("b", "llama"), ("c", "other")):
         reply_of(world.post("admit", world.apiserver_event("add", adapter(world, ns, name, model=model))))
@@ -213,7 +213,7 @@ def test_a_new_model_admits_the_adapters_waiting_for_it(world: World) -> None:
     assert published_admissions(world, ns) == []
 
 
-def test_deleting_object_and_other_kinds_are_ignored(world: World) -> None:
+def test_deleting_object_and_other_kinds_are_ignored(world: Testbed) -> None:
     ns = world.namespace()
     world.create(MODEL, ns, {"metadata": {"name": "llama"}, "spec": {}})
     created = adapter(world, ns, name="gone")
@@ -231,7 +231,7 @@ def test_deleting_object_and_other_kinds_are_ignored(world: World) -> None:
     assert world.post("admit", world.apiserver_event("update", model)).status_code == 204
 
 
-def test_bad_events_are_rejected(world: World) -> None:
+def test_bad_events_are_rejected(world: Testbed) -> None:
     bad = world.apiserver_event(
         "add",
         {
@@ -246,7 +246,7 @@ def test_bad_events_are_rejected(world: World) -> None:
     assert world.post("admit", wrong).status_code == 400
 
 
-def test_conflict_on_status_write_is_retried(world: World) -> None:
+def test_conflict_on_status_write_is_retried(world: Testbed) -> None:
     ns = world.namespace()
     world.create(MODEL, ns, {"metadata": {"name": "llama"}, "spec": {}})
     created = adapter(world, ns)

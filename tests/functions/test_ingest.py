@@ -12,11 +12,11 @@ import httpx
 import pytest
 from cloudevents.http import CloudEvent, from_http
 
-from devstack.notifications import webhook_body
+from devstack.standins.notifications import webhook_body
 from events.domain import FILE_CHANGED
 from events.external import AWS_SQS
 from functions.logic.seaweed_event import EntryInfo, Notification, encode_event_notification
-from tests.functions.conftest import World
+from tests.support.testbed import Testbed
 
 DIR = "/loraadapters/ns1/llama/a"
 CONTENT = b"weights"
@@ -28,7 +28,7 @@ def created(parent: str = DIR, name: str = "w.safetensors", directory: bool = Fa
     return Notification(new_entry=entry, new_parent_path=parent)
 
 
-def post_webhook(world: World, body: Any, token: str | None = None) -> httpx.Response:
+def post_webhook(world: Testbed, body: Any, token: str | None = None) -> httpx.Response:
     headers = {"Authorization": f"Bearer {token}"} if token else {}
     return world.http.post(world.host.urls["ingest"], json=body, headers=headers)
 
@@ -38,7 +38,7 @@ def reply(response: httpx.Response) -> CloudEvent:
     return from_http(dict(response.headers), response.content)
 
 
-def test_webhook_publishes_file_changed_to_the_broker(world: World) -> None:
+def test_webhook_publishes_file_changed_to_the_broker(world: Testbed) -> None:
     path = f"{DIR}/{secrets.token_hex(4)}.safetensors"
     note = created(name=path.rsplit("/", 1)[1])
     assert post_webhook(world, webhook_body(path, "create", note)).status_code == 204
@@ -49,19 +49,19 @@ def test_webhook_publishes_file_changed_to_the_broker(world: World) -> None:
     assert event.get_data() == {"path": path, "eventType": "create", "size": len(CONTENT), "md5": MD5}
 
 
-def test_webhook_without_broker_replies_in_the_response(world: World) -> None:
+def test_webhook_without_broker_replies_in_the_response(world: Testbed) -> None:
     with world.settings(LORAFLOW_BROKER_URL=""):
         event = reply(post_webhook(world, webhook_body(f"{DIR}/w.safetensors", "create", created())))
     assert event["type"] == FILE_CHANGED and event["subject"] == f"{DIR}/w.safetensors"
 
 
-def test_webhook_broker_down_is_retryable(world: World) -> None:
+def test_webhook_broker_down_is_retryable(world: Testbed) -> None:
     with world.settings(LORAFLOW_BROKER_URL="http://127.0.0.1:9"):
         response = post_webhook(world, webhook_body(f"{DIR}/w.safetensors", "create", created()))
     assert response.status_code == 503
 
 
-def test_webhook_token(world: World) -> None:
+def test_webhook_token(world: Testbed) -> None:
     body = webhook_body(f"{DIR}/w.safetensors", "create", created())
     with world.settings(LORAFLOW_WEBHOOK_TOKEN="s3cret", LORAFLOW_BROKER_URL=""):
         assert post_webhook(world, body).status_code == 401
@@ -69,7 +69,7 @@ def test_webhook_token(world: World) -> None:
         assert reply(post_webhook(world, body, token="s3cret"))["type"] == FILE_CHANGED
 
 
-def test_webhook_rename(world: World) -> None:
+def test_webhook_rename(world: Testbed) -> None:
     old = EntryInfo(name="tmp.upload", file_size=len(CONTENT))
     new = EntryInfo(name="w.safetensors", file_size=len(CONTENT), md5=bytes.fromhex(MD5))
     note = Notification(old_entry=old, new_entry=new, new_parent_path=DIR)
@@ -92,7 +92,7 @@ def test_webhook_rename(world: World) -> None:
         pytest.param(DIR, created("/loraadapters/ns1/llama", "a", directory=True), id="directory"),
     ],
 )
-def test_webhook_ignored(world: World, key: str, note: Notification) -> None:
+def test_webhook_ignored(world: Testbed, key: str, note: Notification) -> None:
     with world.settings(LORAFLOW_BROKER_URL=""):
         assert post_webhook(world, webhook_body(key, "create", note)).status_code == 204
 
@@ -122,13 +122,13 @@ def test_webhook_ignored(world: World, key: str, note: Notification) -> None:
         ),
     ],
 )
-def test_webhook_rejects(world: World, body: dict[str, Any], needle: str) -> None:
+def test_webhook_rejects(world: Testbed, body: dict[str, Any], needle: str) -> None:
     response = post_webhook(world, body)
     assert response.status_code == 400
     assert needle in response.text
 
 
-def test_webhook_body_not_json(world: World) -> None:
+def test_webhook_body_not_json(world: Testbed) -> None:
     response = world.http.post(
         world.host.urls["ingest"], content=b"{nope", headers={"content-type": "application/json"}
     )
@@ -145,7 +145,7 @@ def sqs_event(data: Any, key: str | None = None) -> CloudEvent:
 @pytest.mark.parametrize(
     "structured", [pytest.param(False, id="binary"), pytest.param(True, id="structured")]
 )
-def test_sqs_event_raw_bytes_without_key(world: World, structured: bool) -> None:
+def test_sqs_event_raw_bytes_without_key(world: Testbed, structured: bool) -> None:
     event = reply(world.post("ingest", sqs_event(encode_event_notification(created())), structured))
     assert event["subject"] == f"{DIR}/w.safetensors"
 
@@ -153,7 +153,7 @@ def test_sqs_event_raw_bytes_without_key(world: World, structured: bool) -> None
 @pytest.mark.parametrize(
     "structured", [pytest.param(False, id="binary"), pytest.param(True, id="structured")]
 )
-def test_sqs_event_base64_string_with_key(world: World, structured: bool) -> None:
+def test_sqs_event_base64_string_with_key(world: Testbed, structured: bool) -> None:
     data = base64.b64encode(encode_event_notification(created())).decode()
     event = reply(world.post("ingest", sqs_event(data, key=f"{DIR}/w.safetensors"), structured))
     assert event.get_data()["md5"] == MD5
@@ -172,18 +172,18 @@ def test_sqs_event_base64_string_with_key(world: World, structured: bool) -> Non
         pytest.param(encode_event_notification(created()), f"{DIR}/../x", "not normalised", id="bad-key"),
     ],
 )
-def test_sqs_event_rejects(world: World, data: bytes, key: str | None, needle: str) -> None:
+def test_sqs_event_rejects(world: Testbed, data: bytes, key: str | None, needle: str) -> None:
     response = world.post("ingest", sqs_event(data, key))
     assert response.status_code == 400
     assert needle in response.text
 
 
-def test_sqs_event_for_another_path_is_ignored(world: World) -> None:
+def test_sqs_event_for_another_path_is_ignored(world: Testbed) -> None:
     data = encode_event_notification(created("/buckets/x", "y"))
     assert world.post("ingest", sqs_event(data)).status_code == 204
 
 
-def test_sqs_structured_json_object_data_is_rejected(world: World) -> None:
+def test_sqs_structured_json_object_data_is_rejected(world: Testbed) -> None:
     body = {"specversion": "1.0", "type": AWS_SQS, "source": "s", "id": "1", "data": {"Body": "x"}}
     response = world.http.post(
         world.host.urls["ingest"],

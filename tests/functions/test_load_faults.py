@@ -10,9 +10,8 @@ from typing import Any
 
 import httpx
 import pytest
-from cloudevents.http import from_http
 
-from events.domain import ADAPTER_ADMITTED, ADAPTER_DRIFTED, ADAPTER_LOADED, ADAPTER_READY, STEP_EXTENSION
+from events.domain import ADAPTER_ADMITTED, ADAPTER_READY
 from functions.resources.kinds import (
     INFERENCE_SERVICE,
     INFERENCE_SERVICE_LABEL,
@@ -21,7 +20,8 @@ from functions.resources.kinds import (
     SGLANG_ADAPTER,
     VLLM_ADAPTER,
 )
-from tests.functions.conftest import World
+from tests.support.builders import drifted, reply_pods
+from tests.support.testbed import Testbed
 
 FAULTS: dict[str, tuple[dict[str, Any], str]] = {
     "http-500": ({"status": 500, "routes": ["load"], "times": None}, "EngineError"),
@@ -30,7 +30,7 @@ FAULTS: dict[str, tuple[dict[str, Any], str]] = {
 }
 
 
-def seed1(world: World, replicas: int = 5) -> tuple[str, str, list[str]]:
+def seed1(world: Testbed, replicas: int = 5) -> tuple[str, str, list[str]]:
     ns = world.namespace()
     directory = f"/loraadapters/{ns}/m1/a1"
     world.upload(f"{directory}/adapter_config.json", json.dumps({"peft_type": "LORA", "r": 8}).encode())
@@ -48,14 +48,8 @@ def seed1(world: World, replicas: int = 5) -> tuple[str, str, list[str]]:
     return ns, f"{world.data_dir}{directory}", pods
 
 
-def ready(world: World, ns: str) -> httpx.Response:
+def ready(world: Testbed, ns: str) -> httpx.Response:
     return world.post("load", world.event(ADAPTER_READY, world.adapter_data(VLLM_ADAPTER, ns, "a1")))
-
-
-def drifted(world: World, ns: str) -> httpx.Response:
-    """resync's nudge: some pods may have the adapter already, so load lists them first."""
-    data = world.adapter_data(VLLM_ADAPTER, ns, "a1", step="load", reason="not loaded in 1 pod")
-    return world.post("load", world.event(ADAPTER_DRIFTED, data, **{STEP_EXTENSION: "load"}))
 
 
 def condition(obj: dict[str, Any] | None, type_: str) -> dict[str, Any]:
@@ -63,22 +57,12 @@ def condition(obj: dict[str, Any] | None, type_: str) -> dict[str, Any]:
     return next(c for c in obj["status"]["conditions"] if c["type"] == type_)
 
 
-def reply_pods(response: httpx.Response) -> list[str]:
-    assert response.status_code == 200, f"{response.status_code} {response.text}"
-    event = from_http(dict(response.headers), response.content)
-    assert event["type"] == ADAPTER_LOADED
-    data = event.get_data()
-    assert isinstance(data, dict)
-    pods: list[str] = data["pods"]
-    return pods
-
-
-def warnings(world: World, ns: str) -> list[str]:
+def warnings(world: Testbed, ns: str) -> list[str]:
     return [e.reason for e in world.core.list_namespaced_event(ns).items if e.type == "Warning"]
 
 
 @pytest.mark.parametrize("fault", sorted(FAULTS))
-def test_one_failing_replica_of_five(world: World, fault: str) -> None:
+def test_one_failing_replica_of_five(world: Testbed, fault: str) -> None:
     spec, reason = FAULTS[fault]
     ns, path, pods = seed1(world)
     bad = pods[2]
@@ -112,7 +96,7 @@ def test_one_failing_replica_of_five(world: World, fault: str) -> None:
     assert "d1 5/5" in loaded["message"]
 
 
-def test_unreachable_listing_is_retried_and_named(world: World) -> None:
+def test_unreachable_listing_is_retried_and_named(world: Testbed) -> None:
     ns, _, pods = seed1(world)
     bad = pods[0]
     world.workload.replica(ns, bad).inject(status=500, routes=["models"], times=1)
@@ -124,7 +108,7 @@ def test_unreachable_listing_is_retried_and_named(world: World) -> None:
     assert reply_pods(drifted(world, ns)) == [bad]
 
 
-def test_deployment_event_with_a_failing_replica(world: World) -> None:
+def test_deployment_event_with_a_failing_replica(world: Testbed) -> None:
     ns, path, pods = seed1(world)
     bad = pods[4]
     world.workload.replica(ns, bad).inject(status=500, routes=["load"], times=1)
@@ -140,7 +124,7 @@ def test_deployment_event_with_a_failing_replica(world: World) -> None:
     assert condition(world.get(VLLM_ADAPTER, ns, "a1"), "Loaded")["status"] == "True"
 
 
-def test_sglang_one_failing_replica_of_five(world: World) -> None:
+def test_sglang_one_failing_replica_of_five(world: Testbed) -> None:
     ns = world.namespace()
     world.create(
         INFERENCE_SERVICE,

@@ -18,22 +18,23 @@ from functions.resources.kinds import (
     SGLANG_ADAPTER,
     VLLM_ADAPTER,
 )
-from tests.functions.conftest import World
-from tests.functions.test_load_sglang import (
-    adapter,
+from tests.support.builders import (
     admit,
-    admitted,
     condition,
-    files,
-    isvc,
+    isvc_pods,
+    loaded_condition,
     pod_object,
-    pods,
+    ready_adapter,
+    sglang_adapter,
+    sglang_admitted,
+    sglang_files,
+    sglang_isvc,
 )
-from tests.functions.test_load_vllm import loaded_condition, make_adapter
+from tests.support.testbed import Testbed
 
 
 def scale_down(
-    world: World, kind: Any, ns: str, name: str, replicas: int, selector: str
+    world: Testbed, kind: Any, ns: str, name: str, replicas: int, selector: str
 ) -> list[dict[str, Any]]:
     """Scale the target down; the last state of each pod that went (what the delete event carries)."""
     before = {
@@ -46,15 +47,15 @@ def scale_down(
     return [obj for pod, obj in before.items() if pod not in left]
 
 
-def served_by_d1(world: World, ns: str, replicas: int) -> None:
+def served_by_d1(world: Testbed, ns: str, replicas: int) -> None:
     """Adapter a1 (files in storage, Ready) named by ModelDeployment d1 with `replicas` pods."""
-    make_adapter(world, ns, "a1")
+    ready_adapter(world, ns, "a1")
     spec = {"model": "m1", "replicas": replicas, "loraAdapters": ["a1"]}
     world.create(MODEL_DEPLOYMENT, ns, {"metadata": {"name": "d1"}, "spec": spec})
     world.workload.sync()
 
 
-def test_a_deleted_replica_is_no_longer_counted_vllm(world: World) -> None:
+def test_a_deleted_replica_is_no_longer_counted_vllm(world: Testbed) -> None:
     ns = world.namespace()
     served_by_d1(world, ns, replicas=3)
     assert world.post(
@@ -72,21 +73,21 @@ def test_a_deleted_replica_is_no_longer_counted_vllm(world: World) -> None:
     assert "2 Ready pod(s)" in loaded["message"]
 
 
-def test_a_deleted_replica_is_no_longer_counted_sglang(world: World) -> None:
+def test_a_deleted_replica_is_no_longer_counted_sglang(world: Testbed) -> None:
     ns = world.namespace()
-    isvc(world, ns, replicas=3)
-    admit(world, adapter(world, ns, "s1", "handle-1", files(world, ns, "s1")))
-    assert world.post("load", admitted(world, ns, "s1")).is_success
+    sglang_isvc(world, ns, replicas=3)
+    admit(world, sglang_adapter(world, ns, "s1", "handle-1", sglang_files(world, ns, "s1")))
+    assert world.post("load", sglang_admitted(world, ns, "s1")).is_success
     assert "3 Ready pod(s)" in condition(world.get(SGLANG_ADAPTER, ns, "s1"), "Loaded")["message"]
 
     selector = f"{INFERENCE_SERVICE_LABEL}=isvc"
     gone = scale_down(world, INFERENCE_SERVICE, ns, "isvc", 2, selector)
-    assert len(gone) == 1 and len(pods(world, ns)) == 2
+    assert len(gone) == 1 and len(isvc_pods(world, ns)) == 2
     assert world.post("load", world.apiserver_event("delete", gone[0])).status_code == 204
     assert "2 Ready pod(s)" in condition(world.get(SGLANG_ADAPTER, ns, "s1"), "Loaded")["message"]
 
 
-def test_pods_that_name_no_target_or_still_exist_are_left_to_others(world: World) -> None:
+def test_pods_that_name_no_target_or_still_exist_are_left_to_others(world: Testbed) -> None:
     ns = world.namespace()
     served_by_d1(world, ns, replicas=1)
     (pod,) = world.workload.pods(ns, f"{MODEL_DEPLOYMENT_LABEL}=d1")

@@ -8,56 +8,29 @@ duplicate answer (the seed says 409, SGLang answers 400) counts as loaded.
 
 from __future__ import annotations
 
-import json
 import threading
 import time
 from typing import Any
 
 import httpx
 import pytest
-from cloudevents.http import CloudEvent, from_http
+from cloudevents.http import from_http
 
-from events.domain import ADAPTER_ADMITTED, ADAPTER_LOADED, POD_RELOADED
-from functions.resources.kinds import INFERENCE_SERVICE, INFERENCE_SERVICE_LABEL, SGLANG_ADAPTER
-from tests.functions.conftest import World
-
+from events.domain import ADAPTER_LOADED, POD_RELOADED
+from functions.resources.kinds import INFERENCE_SERVICE, SGLANG_ADAPTER
+from tests.support.builders import (
+    admit,
+    condition,
+    isvc_pods,
+    pod_object,
+    sglang_adapter,
+    sglang_admitted,
+    sglang_files,
+    sglang_isvc,
+)
+from tests.support.testbed import Testbed
 
 # -- helpers ----------------------------------------------------------------------------------------
-def isvc(world: World, ns: str, replicas: int, runtime: str = "sglang", name: str = "isvc") -> None:
-    world.create(
-        INFERENCE_SERVICE,
-        ns,
-        {"metadata": {"name": name}, "spec": {"runtime": runtime, "model": "base", "replicas": replicas}},
-    )
-    world.workload.sync()
-
-
-def files(world: World, ns: str, name: str, rank: int = 8) -> str:
-    """Adapter files the SGLang replicas can read; returns the path to put in spec.path."""
-    path = f"/sglang/{ns}/{name}"
-    world.upload(f"{path}/adapter_config.json", json.dumps({"peft_type": "LORA", "r": rank}).encode())
-    world.upload(f"{path}/adapter_model.safetensors", b"weights")
-    return path
-
-
-def adapter(world: World, ns: str, name: str, handle: str, path: str, target: str = "isvc") -> dict[str, Any]:
-    return world.create(
-        SGLANG_ADAPTER,
-        ns,
-        {
-            "metadata": {"name": name},
-            "spec": {"inferenceServiceRef": {"name": target}, "name": handle, "path": path},
-        },
-    )
-
-
-def admit(world: World, created: dict[str, Any]) -> None:
-    response = world.post("admit", world.apiserver_event("add", created))
-    assert response.status_code == 200, response.text
-
-
-def admitted(world: World, ns: str, name: str) -> CloudEvent:
-    return world.event(ADAPTER_ADMITTED, world.adapter_data(SGLANG_ADAPTER, ns, name, generation=1))
 
 
 def reply(response: httpx.Response, type_: str) -> dict[str, Any]:
@@ -69,19 +42,7 @@ def reply(response: httpx.Response, type_: str) -> dict[str, Any]:
     return data
 
 
-def pods(world: World, ns: str, name: str = "isvc") -> list[str]:
-    return sorted(p["metadata"]["name"] for p in world.workload.pods(ns, f"{INFERENCE_SERVICE_LABEL}={name}"))
-
-
-def pod_object(world: World, ns: str, pod: str) -> dict[str, Any]:
-    response = world.core.read_namespaced_pod(pod, ns, _preload_content=False)
-    obj: dict[str, Any] = json.loads(response.data)
-    obj.setdefault("apiVersion", "v1")
-    obj.setdefault("kind", "Pod")
-    return obj
-
-
-def stored(world: World, ns: str, name: str) -> dict[str, Any]:
+def stored(world: Testbed, ns: str, name: str) -> dict[str, Any]:
     obj = world.get(SGLANG_ADAPTER, ns, name)
     assert obj is not None
     return obj
@@ -91,11 +52,7 @@ def conditions(obj: dict[str, Any]) -> dict[str, tuple[str, str]]:
     return {c["type"]: (c["status"], c["reason"]) for c in obj["status"]["conditions"]}
 
 
-def condition(obj: dict[str, Any], type_: str) -> dict[str, Any]:
-    return next(c for c in obj["status"]["conditions"] if c["type"] == type_)
-
-
-def listed(world: World, ns: str, pod: str) -> dict[str, dict[str, Any]]:
+def listed(world: Testbed, ns: str, pod: str) -> dict[str, dict[str, Any]]:
     """The replica's own GET /v1/models: adapter cards (those with a parent) by id."""
     replica = world.workload.replica(ns, pod)
     cards = httpx.get(f"{replica.url}/v1/models").json()["data"]
@@ -103,20 +60,20 @@ def listed(world: World, ns: str, pod: str) -> dict[str, dict[str, Any]]:
 
 
 # -- tests ------------------------------------------------------------------------------------------
-def test_available_then_loaded_into_every_replica(world: World) -> None:
+def test_available_then_loaded_into_every_replica(world: Testbed) -> None:
     ns = world.namespace()
-    isvc(world, ns, replicas=2)
-    path = files(world, ns, "s1")
-    admit(world, adapter(world, ns, "s1", "handle-1", path))
+    sglang_isvc(world, ns, replicas=2)
+    path = sglang_files(world, ns, "s1")
+    admit(world, sglang_adapter(world, ns, "s1", "handle-1", path))
     assert conditions(stored(world, ns, "s1")) == {
         "Available": ("True", "InferenceServiceReady"),
         "Error": ("False", "NoError"),
     }
 
-    data = reply(world.post("load", admitted(world, ns, "s1")), ADAPTER_LOADED)
-    assert data["pods"] == pods(world, ns)
+    data = reply(world.post("load", sglang_admitted(world, ns, "s1")), ADAPTER_LOADED)
+    assert data["pods"] == isvc_pods(world, ns)
     assert data["failed"] == []
-    for pod in pods(world, ns):
+    for pod in isvc_pods(world, ns):
         assert world.workload.replica(ns, pod).loaded == {"handle-1": path}
         card = listed(world, ns, pod)["handle-1"]
         assert (card["root"], card["parent"]) == (path, "base")
@@ -132,21 +89,21 @@ def test_available_then_loaded_into_every_replica(world: World) -> None:
 
     # Nothing to do the second time: each engine answers "already loaded" (a duplicate
     # admitted event loads without listing first), nothing is loaded again, lastLoadedAt stays.
-    loads = sum(len(world.workload.replica(ns, p).load_log) for p in pods(world, ns))
-    assert world.post("load", admitted(world, ns, "s1")).status_code == 204
-    assert sum(len(world.workload.replica(ns, p).load_log) for p in pods(world, ns)) == loads
+    loads = sum(len(world.workload.replica(ns, p).load_log) for p in isvc_pods(world, ns))
+    assert world.post("load", sglang_admitted(world, ns, "s1")).status_code == 204
+    assert sum(len(world.workload.replica(ns, p).load_log) for p in isvc_pods(world, ns)) == loads
     assert stored(world, ns, "s1")["status"]["lastLoadedAt"] == first
 
 
-def test_inference_service_event_loads_available_adapters(world: World) -> None:
+def test_inference_service_event_loads_available_adapters(world: Testbed) -> None:
     ns = world.namespace()
-    isvc(world, ns, replicas=2)
-    path = files(world, ns, "s1")
-    admit(world, adapter(world, ns, "s1", "handle-1", path))
+    sglang_isvc(world, ns, replicas=2)
+    path = sglang_files(world, ns, "s1")
+    admit(world, sglang_adapter(world, ns, "s1", "handle-1", path))
     target = world.get(INFERENCE_SERVICE, ns, "isvc")
     assert target is not None
     assert world.post("load", world.apiserver_event("update", target)).status_code == 204
-    for pod in pods(world, ns):
+    for pod in isvc_pods(world, ns):
         assert "handle-1" in listed(world, ns, pod)
     obj = stored(world, ns, "s1")
     assert conditions(obj)["Loaded"] == ("True", "Loaded")
@@ -154,18 +111,18 @@ def test_inference_service_event_loads_available_adapters(world: World) -> None:
     assert obj["status"].get("lastLoadedAt")
 
 
-def test_runtime_mismatch_is_not_available_and_never_loaded(world: World) -> None:
+def test_runtime_mismatch_is_not_available_and_never_loaded(world: Testbed) -> None:
     ns = world.namespace()
-    isvc(world, ns, replicas=1, runtime="vllm")
-    path = files(world, ns, "s1")
-    admit(world, adapter(world, ns, "s1", "handle-1", path))
+    sglang_isvc(world, ns, replicas=1, runtime="vllm")
+    path = sglang_files(world, ns, "s1")
+    admit(world, sglang_adapter(world, ns, "s1", "handle-1", path))
     obj = stored(world, ns, "s1")
     assert conditions(obj) == {
         "Available": ("False", "RuntimeMismatch"),
         "Error": ("True", "RuntimeMismatch"),
     }
-    assert world.post("load", admitted(world, ns, "s1")).status_code == 204
-    (pod,) = pods(world, ns)
+    assert world.post("load", sglang_admitted(world, ns, "s1")).status_code == 204
+    (pod,) = isvc_pods(world, ns)
     replica = world.workload.replica(ns, pod)
     assert replica.calls["load"] == 0
     assert replica.loaded == {}
@@ -174,14 +131,14 @@ def test_runtime_mismatch_is_not_available_and_never_loaded(world: World) -> Non
     assert "loadedPath" not in obj["status"] and "lastLoadedAt" not in obj["status"]
 
 
-def test_runtime_changed_after_admission_is_runtime_mismatch_on_load(world: World) -> None:
+def test_runtime_changed_after_admission_is_runtime_mismatch_on_load(world: Testbed) -> None:
     ns = world.namespace()
-    isvc(world, ns, replicas=1)
-    path = files(world, ns, "s1")
-    admit(world, adapter(world, ns, "s1", "handle-1", path))
+    sglang_isvc(world, ns, replicas=1)
+    path = sglang_files(world, ns, "s1")
+    admit(world, sglang_adapter(world, ns, "s1", "handle-1", path))
     world.patch(INFERENCE_SERVICE, ns, "isvc", {"spec": {"runtime": "vllm"}})
-    assert world.post("load", admitted(world, ns, "s1")).status_code == 204
-    (pod,) = pods(world, ns)
+    assert world.post("load", sglang_admitted(world, ns, "s1")).status_code == 204
+    (pod,) = isvc_pods(world, ns)
     assert world.workload.replica(ns, pod).calls["load"] == 0
     obj = stored(world, ns, "s1")
     assert conditions(obj)["Loaded"] == ("False", "RuntimeMismatch")
@@ -192,11 +149,11 @@ def test_runtime_changed_after_admission_is_runtime_mismatch_on_load(world: Worl
     assert conditions(stored(world, ns, "s1"))["Available"] == ("False", "RuntimeMismatch")
 
 
-def test_engine_rejection_sets_error_with_the_engine_message(world: World) -> None:
+def test_engine_rejection_sets_error_with_the_engine_message(world: Testbed) -> None:
     ns = world.namespace()
-    isvc(world, ns, replicas=1)
-    admit(world, adapter(world, ns, "s1", "handle-1", f"/sglang/{ns}/nowhere"))
-    response = world.post("load", admitted(world, ns, "s1"))
+    sglang_isvc(world, ns, replicas=1)
+    admit(world, sglang_adapter(world, ns, "s1", "handle-1", f"/sglang/{ns}/nowhere"))
+    response = world.post("load", sglang_admitted(world, ns, "s1"))
     assert response.status_code == 204, response.text  # a verdict, not worth a retry
     obj = stored(world, ns, "s1")
     assert conditions(obj)["Loaded"] == ("False", "LoadFailed")
@@ -205,16 +162,16 @@ def test_engine_rejection_sets_error_with_the_engine_message(world: World) -> No
     assert "loadedPath" not in obj["status"] and "lastLoadedAt" not in obj["status"]
 
 
-def test_last_loaded_at_moves_on_reload_after_engine_restart(world: World) -> None:
+def test_last_loaded_at_moves_on_reload_after_engine_restart(world: Testbed) -> None:
     ns = world.namespace()
-    isvc(world, ns, replicas=2)
-    path = files(world, ns, "s1")
-    admit(world, adapter(world, ns, "s1", "handle-1", path))
-    reply(world.post("load", admitted(world, ns, "s1")), ADAPTER_LOADED)
+    sglang_isvc(world, ns, replicas=2)
+    path = sglang_files(world, ns, "s1")
+    admit(world, sglang_adapter(world, ns, "s1", "handle-1", path))
+    reply(world.post("load", sglang_admitted(world, ns, "s1")), ADAPTER_LOADED)
     first = stored(world, ns, "s1")["status"]["lastLoadedAt"]
     time.sleep(1.05)  # metav1.Time has second resolution
 
-    restarted, other = pods(world, ns)
+    restarted, other = isvc_pods(world, ns)
     world.workload.restart(ns, restarted)
     assert world.workload.replica(ns, restarted).loaded == {}
     data = reply(
@@ -236,19 +193,21 @@ def test_last_loaded_at_moves_on_reload_after_engine_restart(world: World) -> No
 
 
 @pytest.mark.parametrize("duplicate_status", [409, 400])
-def test_duplicate_answer_counts_as_loaded(world: World, duplicate_status: int) -> None:
+def test_duplicate_answer_counts_as_loaded(world: Testbed, duplicate_status: int) -> None:
     """The adapter lands in the engine between our listing and our load call (another writer)."""
     ns = world.namespace()
-    isvc(world, ns, replicas=1)
-    path = files(world, ns, "s1")
-    admit(world, adapter(world, ns, "s1", "handle-1", path))
-    (pod,) = pods(world, ns)
+    sglang_isvc(world, ns, replicas=1)
+    path = sglang_files(world, ns, "s1")
+    admit(world, sglang_adapter(world, ns, "s1", "handle-1", path))
+    (pod,) = isvc_pods(world, ns)
     replica = world.workload.replica(ns, pod)
     replica.configure(duplicate_status=duplicate_status)
     replica.inject(delay_s=1.0, routes=["load"])  # our load call waits; the other writer does not
 
     answer: list[httpx.Response] = []
-    thread = threading.Thread(target=lambda: answer.append(world.post("load", admitted(world, ns, "s1"))))
+    thread = threading.Thread(
+        target=lambda: answer.append(world.post("load", sglang_admitted(world, ns, "s1")))
+    )
     thread.start()
     deadline = time.monotonic() + 5
     while replica.calls["load"] < 1 and time.monotonic() < deadline:
@@ -271,12 +230,12 @@ def test_duplicate_answer_counts_as_loaded(world: World, duplicate_status: int) 
 
 
 @pytest.mark.parametrize("duplicate_status", [409, 400])
-def test_duplicate_status_is_what_the_stand_in_answers(world: World, duplicate_status: int) -> None:
+def test_duplicate_status_is_what_the_stand_in_answers(world: Testbed, duplicate_status: int) -> None:
     """Guard for the test above: the configured status really is the duplicate answer."""
     ns = world.namespace()
-    isvc(world, ns, replicas=1)
-    path = files(world, ns, "s1")
-    (pod,) = pods(world, ns)
+    sglang_isvc(world, ns, replicas=1)
+    path = sglang_files(world, ns, "s1")
+    (pod,) = isvc_pods(world, ns)
     replica = world.workload.replica(ns, pod)
     replica.configure(duplicate_status=duplicate_status)
     body = {"lora_name": "handle-1", "lora_path": path}

@@ -2,24 +2,13 @@
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 import httpx
 
 from events.domain import ADAPTER_READY
 from functions.resources.kinds import MODEL_DEPLOYMENT, MODEL_DEPLOYMENT_LABEL, VLLM_ADAPTER
-from tests.functions.test_load_faults import drifted, reply_pods
-
-
-def make_adapter(world: Any, ns: str, name: str, rank: int = 16) -> None:
-    world.upload(
-        f"/loraadapters/{ns}/m1/{name}/adapter_config.json",
-        json.dumps({"peft_type": "LORA", "r": rank}).encode(),
-    )
-    world.upload(f"/loraadapters/{ns}/m1/{name}/adapter_model.safetensors", b"weights")
-    world.create(VLLM_ADAPTER, ns, {"metadata": {"name": name}, "spec": {"model": "m1"}})
-    world.mark_ready(ns, name, f"/loraadapters/{ns}/m1/{name}/")
+from tests.support.builders import drifted, loaded_condition, ready_adapter, reply_pods
 
 
 def deployment(world: Any, ns: str, adapter: str, replicas: int) -> list[str]:
@@ -42,14 +31,9 @@ def state(world: Any, ns: str, pod: str) -> dict[str, Any]:
     return result
 
 
-def loaded_condition(world: Any, ns: str, name: str) -> dict[str, Any]:
-    obj = world.get(VLLM_ADAPTER, ns, name)
-    return next(c for c in obj["status"]["conditions"] if c["type"] == "Loaded")
-
-
 def test_ready_adapter_loaded_into_every_replica(world: Any) -> None:
     ns = world.namespace()
-    make_adapter(world, ns, "a1")
+    ready_adapter(world, ns, "a1")
     pods = deployment(world, ns, "a1", replicas=3)
     event = world.event(ADAPTER_READY, world.adapter_data(VLLM_ADAPTER, ns, "a1"))
     response = world.post("load", event)
@@ -69,7 +53,7 @@ def test_a_new_adapter_is_loaded_without_listing_a_drifted_one_after(world: Any)
     listing. A duplicate is answered "already loaded" and changes nothing. resync's drift nudge
     (most pods have it) lists every pod first and loads only where it is missing."""
     ns = world.namespace()
-    make_adapter(world, ns, "a1")
+    ready_adapter(world, ns, "a1")
     pods = deployment(world, ns, "a1", replicas=3)
     replicas = [world.workload.replica(ns, pod) for pod in pods]
     ready = world.event(ADAPTER_READY, world.adapter_data(VLLM_ADAPTER, ns, "a1"))
@@ -92,7 +76,7 @@ def test_a_new_adapter_is_loaded_without_listing_a_drifted_one_after(world: Any)
 
 def test_rank_too_high_never_calls_engine(world: Any) -> None:
     ns = world.namespace()
-    make_adapter(world, ns, "big", rank=128)
+    ready_adapter(world, ns, "big", rank=128)
     (pod,) = deployment(world, ns, "big", replicas=1)
     response = world.post("load", world.event(ADAPTER_READY, world.adapter_data(VLLM_ADAPTER, ns, "big")))
     assert response.status_code == 204, response.text

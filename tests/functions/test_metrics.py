@@ -16,13 +16,13 @@ from events.domain import (
     FILE_CHANGED,
 )
 from events.external import API_ADD
-from tests.functions.conftest import World
-from tests.functions.test_seed1_path import CONFIG, WEIGHTS, Flow, setup_adapter
+from tests.support.builders import CONFIG, WEIGHTS, Flow, setup_adapter
+from tests.support.testbed import Testbed
 
 Sample = tuple[str, tuple[tuple[str, str], ...]]
 
 
-def scrape(world: World, function: str) -> dict[Sample, float]:
+def scrape(world: Testbed, function: str) -> dict[Sample, float]:
     response = world.http.get(world.host.urls[function] + "metrics")
     assert response.status_code == 200
     assert response.headers["content-type"].startswith("text/plain")
@@ -53,7 +53,7 @@ def events(samples: Mapping[Sample, float], function: str, type_: str, outcome: 
     return value(samples, "loraflow_events_total", function=function, type=type_, outcome=outcome)
 
 
-def test_a_lifecycle_moves_the_counters(world: World) -> None:
+def test_a_lifecycle_moves_the_counters(world: Testbed) -> None:
     before = scrape(world, "admit")
     flow = Flow(world)
     _, directory = setup_adapter(world, flow)  # admit (apiserver add) -> stat
@@ -83,7 +83,7 @@ def test_a_lifecycle_moves_the_counters(world: World) -> None:
     assert value(after, "process_resident_memory_bytes") > 0
 
 
-def test_a_failing_verdict_counts_its_warning_event(world: World) -> None:
+def test_a_failing_verdict_counts_its_warning_event(world: Testbed) -> None:
     before = scrape(world, "verify")
     flow = Flow(world)
     _, directory = setup_adapter(world, flow)
@@ -100,7 +100,7 @@ def test_a_failing_verdict_counts_its_warning_event(world: World) -> None:
     )
 
 
-def test_rejected_and_ignored_events_are_counted_by_outcome(world: World) -> None:
+def test_rejected_and_ignored_events_are_counted_by_outcome(world: Testbed) -> None:
     before = scrape(world, "verify")
     not_an_event = world.http.post(
         world.host.urls["verify"], content=b"{}", headers={"content-type": "text/plain"}
@@ -114,7 +114,7 @@ def test_rejected_and_ignored_events_are_counted_by_outcome(world: World) -> Non
     assert delta(before, after, "loraflow_step_duration_seconds_count", function="verify") == 2
 
 
-def test_every_function_serves_metrics(world: World) -> None:
+def test_every_function_serves_metrics(world: Testbed) -> None:
     families = (
         "loraflow_events_total counter",
         "loraflow_step_duration_seconds histogram",

@@ -12,11 +12,12 @@ import httpx
 from cloudevents.http import from_http
 
 from events.domain import ADAPTER_READY, POD_RELOADED
-from functions.resources.kinds import MODEL_DEPLOYMENT, MODEL_DEPLOYMENT_LABEL, VLLM_ADAPTER, Kind
-from tests.functions.conftest import World
+from functions.resources.kinds import MODEL_DEPLOYMENT, MODEL_DEPLOYMENT_LABEL, VLLM_ADAPTER
+from tests.support.builders import delete_before_the_load_lands, deployment, pod_object
+from tests.support.testbed import Testbed
 
 
-def make_adapter(world: World, ns: str, name: str, model: str = "m1") -> str:
+def make_adapter(world: Testbed, ns: str, name: str, model: str = "m1") -> str:
     """A Ready seed-1 adapter with its files in the filer; returns the engine-side lora_path."""
     directory = f"/loraadapters/{ns}/{model}/{name}"
     world.upload(f"{directory}/adapter_config.json", json.dumps({"peft_type": "LORA", "r": 8}).encode())
@@ -30,43 +31,16 @@ def make_adapter(world: World, ns: str, name: str, model: str = "m1") -> str:
     return f"{world.data_dir}{directory}"
 
 
-def deployment(world: World, ns: str, name: str, replicas: int, adapters: list[str]) -> None:
-    world.create(
-        MODEL_DEPLOYMENT,
-        ns,
-        {"metadata": {"name": name}, "spec": {"model": "m1", "replicas": replicas, "loraAdapters": adapters}},
-    )
-    world.workload.sync()
-
-
-def pods(world: World, ns: str, md: str) -> list[str]:
+def pods(world: Testbed, ns: str, md: str) -> list[str]:
     return sorted(p["metadata"]["name"] for p in world.workload.pods(ns, f"{MODEL_DEPLOYMENT_LABEL}={md}"))
 
 
-def delete_before_the_load_lands(world: World, kind: Kind, ns: str, name: str) -> None:
-    """Delete while our load call waits in the engine: unload's sweep finds nothing loaded yet
-    and drops the finalizer, so the adapter is gone before the load lands."""
-    world.custom.delete_namespaced_custom_object(kind.group, kind.version, ns, kind.plural, name)
-    deleting = world.get(kind, ns, name)
-    assert deleting is not None and deleting["metadata"].get("deletionTimestamp")
-    assert world.post("unload", world.apiserver_event("update", deleting)).is_success
-    assert world.get(kind, ns, name) is None  # finalizer dropped: nothing was loaded yet
-
-
-def pod_object(world: World, ns: str, pod: str) -> dict[str, Any]:
-    response = world.core.read_namespaced_pod(pod, ns, _preload_content=False)
-    obj: dict[str, Any] = json.loads(response.data)
-    obj.setdefault("apiVersion", "v1")
-    obj.setdefault("kind", "Pod")
-    return obj
-
-
-def load(world: World, ns: str, name: str) -> None:
+def load(world: Testbed, ns: str, name: str) -> None:
     response = world.post("load", world.event(ADAPTER_READY, world.adapter_data(VLLM_ADAPTER, ns, name)))
     assert response.status_code == 200, response.text
 
 
-def reload(world: World, ns: str, pod: str, verb: str = "update") -> httpx.Response:
+def reload(world: Testbed, ns: str, pod: str, verb: str = "update") -> httpx.Response:
     return world.post("reload", world.apiserver_event(verb, pod_object(world, ns, pod)))
 
 
@@ -79,17 +53,17 @@ def reloaded(response: httpx.Response) -> dict[str, Any]:
     return data
 
 
-def loaded(world: World, ns: str, pod: str) -> dict[str, str]:
+def loaded(world: Testbed, ns: str, pod: str) -> dict[str, str]:
     return world.workload.replica(ns, pod).loaded
 
 
-def loaded_condition(world: World, ns: str, name: str) -> dict[str, Any]:
+def loaded_condition(world: Testbed, ns: str, name: str) -> dict[str, Any]:
     obj = world.get(VLLM_ADAPTER, ns, name)
     assert obj is not None
     return next(c for c in obj["status"]["conditions"] if c["type"] == "Loaded")
 
 
-def test_scale_up_new_pods_get_the_adapter(world: World) -> None:
+def test_scale_up_new_pods_get_the_adapter(world: Testbed) -> None:
     ns = world.namespace()
     path = make_adapter(world, ns, "a1")
     deployment(world, ns, "d1", 3, ["a1"])
@@ -125,7 +99,7 @@ def test_scale_up_new_pods_get_the_adapter(world: World) -> None:
     assert reload(world, ns, before[0]).status_code == 204
 
 
-def test_restarted_engine_gets_its_adapters_back(world: World) -> None:
+def test_restarted_engine_gets_its_adapters_back(world: Testbed) -> None:
     ns = world.namespace()
     p1 = make_adapter(world, ns, "a1")
     p2 = make_adapter(world, ns, "a2")
@@ -148,7 +122,7 @@ def test_restarted_engine_gets_its_adapters_back(world: World) -> None:
     assert reload(world, ns, victim).status_code == 204
 
 
-def test_not_ready_pod_waits_and_unhealthy_ready_pod_is_retried(world: World) -> None:
+def test_not_ready_pod_waits_and_unhealthy_ready_pod_is_retried(world: Testbed) -> None:
     ns = world.namespace()
     path = make_adapter(world, ns, "a1")
     deployment(world, ns, "d1", 1, ["a1"])
@@ -175,7 +149,7 @@ def test_not_ready_pod_waits_and_unhealthy_ready_pod_is_retried(world: World) ->
     assert replica.loaded == {"a1": path}
 
 
-def test_only_adapters_the_deployment_serves_are_reloaded(world: World) -> None:
+def test_only_adapters_the_deployment_serves_are_reloaded(world: Testbed) -> None:
     ns = world.namespace()
     make_adapter(world, ns, "mine")
     make_adapter(world, ns, "theirs")
@@ -194,7 +168,7 @@ def test_only_adapters_the_deployment_serves_are_reloaded(world: World) -> None:
     assert set(loaded(world, ns, other)) == {"theirs"}
 
 
-def test_pods_that_are_not_serving_pods_are_ignored(world: World) -> None:
+def test_pods_that_are_not_serving_pods_are_ignored(world: Testbed) -> None:
     ns = world.namespace()
     world.core.create_namespaced_pod(
         ns,
@@ -210,7 +184,7 @@ def test_pods_that_are_not_serving_pods_are_ignored(world: World) -> None:
     assert world.post("reload", world.apiserver_event("update", gone)).status_code == 204
 
 
-def test_another_failing_pod_does_not_fail_this_reload(world: World) -> None:
+def test_another_failing_pod_does_not_fail_this_reload(world: Testbed) -> None:
     ns = world.namespace()
     path = make_adapter(world, ns, "a1")
     deployment(world, ns, "d1", 2, ["a1"])
@@ -234,7 +208,7 @@ def test_another_failing_pod_does_not_fail_this_reload(world: World) -> None:
     assert (condition["status"], condition["reason"]) == ("True", "Loaded")
 
 
-def test_a_reload_racing_a_deletion_takes_back_only_the_deleted_adapter(world: World) -> None:
+def test_a_reload_racing_a_deletion_takes_back_only_the_deleted_adapter(world: Testbed) -> None:
     """Several adapters reloaded into one pod are re-read with one list after the loads: the one
     deleted meanwhile (unload's sweep ran before our load landed) is taken back, the others stay."""
     ns = world.namespace()

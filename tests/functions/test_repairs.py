@@ -8,7 +8,6 @@ import time
 import httpx
 from cloudevents.http import from_http
 
-from devstack.testbed import READY
 from events.domain import (
     ADAPTER_DRIFTED,
     ADAPTER_FAILED,
@@ -20,14 +19,27 @@ from events.domain import (
 )
 from events.external import PING
 from functions.resources.kinds import MODEL_DEPLOYMENT, MODEL_DEPLOYMENT_LABEL, SGLANG_ADAPTER, VLLM_ADAPTER
-from tests.functions.conftest import World
-from tests.functions.test_load_sglang import adapter, admit, admitted, files, isvc, pods
-from tests.functions.test_load_vllm import loaded_condition, make_adapter
-from tests.functions.test_reload import delete_before_the_load_lands, deployment
-from tests.functions.test_seed1_path import CONFIG, WEIGHTS, Flow, setup_adapter, status_of
+from tests.support.builders import (
+    CONFIG,
+    WEIGHTS,
+    Flow,
+    admit,
+    delete_before_the_load_lands,
+    deployment,
+    isvc_pods,
+    loaded_condition,
+    ready_adapter,
+    setup_adapter,
+    sglang_adapter,
+    sglang_admitted,
+    sglang_files,
+    sglang_isvc,
+    status_of,
+)
+from tests.support.testbed import READY, Testbed
 
 
-def test_a_lost_verify_is_repaired_by_the_stat_nudge(world: World) -> None:
+def test_a_lost_verify_is_repaired_by_the_stat_nudge(world: Testbed) -> None:
     """stat's observation was written but the verify that should follow was lost: the status is
     stuck short of a verdict. A resync nudge to stat must lead on to verify even though the
     observation itself did not change."""
@@ -56,11 +68,11 @@ def test_a_lost_verify_is_repaired_by_the_stat_nudge(world: World) -> None:
     assert status_of(world, ns)["phase"] == "Ready"
 
 
-def test_an_adapter_that_fails_after_being_ready_leaves_every_engine(world: World) -> None:
+def test_an_adapter_that_fails_after_being_ready_leaves_every_engine(world: Testbed) -> None:
     """Files replaced by bad ones after the adapter was Ready and loaded: verify says Failed, and
     the engines must stop serving the old weights; Loaded must say so."""
     ns = world.namespace()
-    make_adapter(world, ns, "a1")
+    ready_adapter(world, ns, "a1")
     deployment(world, ns, "d1", 2, ["a1"])
     assert world.post(
         "load", world.event(ADAPTER_READY, world.adapter_data(VLLM_ADAPTER, ns, "a1"))
@@ -91,11 +103,11 @@ def test_an_adapter_that_fails_after_being_ready_leaves_every_engine(world: Worl
     assert world.post("unload", event).status_code == 204  # a duplicate finds nothing left to do
 
 
-def test_a_copy_left_behind_by_a_deleted_adapter_is_found_and_unloaded(world: World) -> None:
+def test_a_copy_left_behind_by_a_deleted_adapter_is_found_and_unloaded(world: Testbed) -> None:
     """A load that raced a deletion leaves our copy in an engine after the LoRAAdapter is gone:
     resync names it, unload removes it (our layout marks it ours; a static adapter is kept)."""
     ns = world.namespace()
-    make_adapter(world, ns, "a1")
+    ready_adapter(world, ns, "a1")
     world.create(
         MODEL_DEPLOYMENT,
         ns,
@@ -124,19 +136,21 @@ def test_a_copy_left_behind_by_a_deleted_adapter_is_found_and_unloaded(world: Wo
     assert set(replica.loaded) == {"mine"}
 
 
-def test_a_load_that_lands_after_the_deletion_sweep_is_taken_back(world: World) -> None:
+def test_a_load_that_lands_after_the_deletion_sweep_is_taken_back(world: Testbed) -> None:
     """The load was in flight when the adapter was deleted: unload's sweep saw nothing to remove
     and dropped the finalizer. load re-reads the adapter after its own loads and undoes them."""
     ns = world.namespace()
-    isvc(world, ns, 1)
-    created = adapter(world, ns, "s1", "s1-v1", files(world, ns, "s1"))
+    sglang_isvc(world, ns, 1)
+    created = sglang_adapter(world, ns, "s1", "s1-v1", sglang_files(world, ns, "s1"))
     admit(world, created)
-    (pod,) = pods(world, ns)
+    (pod,) = isvc_pods(world, ns)
     replica = world.workload.replica(ns, pod)
     replica.configure(load_latency_s=1.0)
 
     answers: list[httpx.Response] = []
-    loading = threading.Thread(target=lambda: answers.append(world.post("load", admitted(world, ns, "s1"))))
+    loading = threading.Thread(
+        target=lambda: answers.append(world.post("load", sglang_admitted(world, ns, "s1")))
+    )
     loading.start()
     time.sleep(0.3)  # the load call is now waiting in the engine
     delete_before_the_load_lands(world, SGLANG_ADAPTER, ns, "s1")

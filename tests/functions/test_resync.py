@@ -12,7 +12,6 @@ from typing import Any
 import httpx
 from cloudevents.http import CloudEvent
 
-from devstack.testbed import READY
 from events.domain import ADAPTER_ADMITTED, ADAPTER_DRIFTED, ADAPTER_READY, STEP_EXTENSION
 from events.external import PING
 from functions.resources.kinds import (
@@ -25,14 +24,14 @@ from functions.resources.kinds import (
     VLLM_ADAPTER,
     Kind,
 )
-from tests.functions.conftest import World
+from tests.support.testbed import READY, Testbed
 
 ADMITTED = {**READY, "status": "Unknown", "reason": "Admitted", "message": "waiting for files"}
 V1, V2 = "v1", "v2"
 
 
 # -- helpers ----------------------------------------------------------------------------------------
-def v1_adapter(world: World, ns: str, name: str, condition: dict[str, Any] | None = READY) -> str:
+def v1_adapter(world: Testbed, ns: str, name: str, condition: dict[str, Any] | None = READY) -> str:
     """A seed-1 adapter with our finalizer; with a condition it is admitted (files uploaded)."""
     directory = f"/loraadapters/{ns}/m1/{name}"
     world.upload(f"{directory}/adapter_config.json", json.dumps({"peft_type": "LORA", "r": 8}).encode())
@@ -45,7 +44,7 @@ def v1_adapter(world: World, ns: str, name: str, condition: dict[str, Any] | Non
     return f"{world.data_dir}{directory}"
 
 
-def v2_adapter(world: World, ns: str, name: str, handle: str, admit: bool = True) -> str:
+def v2_adapter(world: Testbed, ns: str, name: str, handle: str, admit: bool = True) -> str:
     path = f"/sglang/{ns}/{name}"
     world.upload(f"{path}/adapter_config.json", json.dumps({"peft_type": "LORA", "r": 8}).encode())
     created = world.create(
@@ -61,7 +60,7 @@ def v2_adapter(world: World, ns: str, name: str, handle: str, admit: bool = True
     return path
 
 
-def set_status(world: World, kind: Kind, ns: str, name: str, status: dict[str, Any]) -> None:
+def set_status(world: Testbed, kind: Kind, ns: str, name: str, status: dict[str, Any]) -> None:
     world.custom.patch_namespaced_custom_object_status(
         kind.group,
         kind.version,
@@ -73,17 +72,17 @@ def set_status(world: World, kind: Kind, ns: str, name: str, status: dict[str, A
     )
 
 
-def pods(world: World, ns: str, selector: str) -> list[str]:
+def pods(world: Testbed, ns: str, selector: str) -> list[str]:
     return sorted(p["metadata"]["name"] for p in world.workload.pods(ns, selector))
 
 
-def delete(world: World, kind: Kind, ns: str, name: str) -> None:
+def delete(world: Testbed, kind: Kind, ns: str, name: str) -> None:
     world.custom.delete_namespaced_custom_object(kind.group, kind.version, ns, kind.plural, name)
     obj = world.get(kind, ns, name)
     assert obj is not None and obj["metadata"]["finalizers"] == [FINALIZER]
 
 
-def resync(world: World, ns: str) -> list[CloudEvent]:
+def resync(world: Testbed, ns: str) -> list[CloudEvent]:
     world.sink.clear()
     ping = world.event(PING, {"resync": True})
     response = world.post("resync", ping)
@@ -116,7 +115,7 @@ def reasons(events: list[CloudEvent]) -> dict[tuple[str, str], str]:
 
 
 # -- the world with one adapter per kind of drift -----------------------------------------------------
-def drifted_world(world: World) -> tuple[str, dict[str, Any]]:
+def drifted_world(world: Testbed) -> tuple[str, dict[str, Any]]:
     ns = world.namespace()
     world.create(
         MODEL_DEPLOYMENT,
@@ -185,7 +184,7 @@ EXPECTED = [
 ]
 
 
-def test_one_nudge_per_drift_and_none_for_adapters_in_sync(world: World) -> None:
+def test_one_nudge_per_drift_and_none_for_adapters_in_sync(world: Testbed) -> None:
     ns, seen = drifted_world(world)
     events = resync(world, ns)
     assert summary(events) == EXPECTED
@@ -200,7 +199,7 @@ def test_one_nudge_per_drift_and_none_for_adapters_in_sync(world: World) -> None
     assert why[("extra", "load")] == "Loaded is stale or missing: no ModelDeployment names it"
 
 
-def test_nudges_repair_the_drift(world: World) -> None:
+def test_nudges_repair_the_drift(world: Testbed) -> None:
     """Deliver the load/unload nudges to their steps (as the Broker would): the next resync is quiet
     for them."""
     ns, _ = drifted_world(world)

@@ -19,44 +19,36 @@ from events.domain import (
 from functions.logic.quantity import format_bytes
 from functions.observability import KUBE_CONFLICTS
 from functions.resources.kinds import MODEL, SGLANG_ADAPTER, VLLM_ADAPTER
-from tests.functions.conftest import World
-from tests.functions.test_seed1_path import (
-    CONFIG,
-    WEIGHTS,
-    Flow,
-    expected_status,
-    md5,
-    setup_adapter,
-    status_of,
-)
+from tests.support.builders import CONFIG, WEIGHTS, Flow, expected_status, md5, setup_adapter, status_of
+from tests.support.testbed import Testbed
 
 CONFIG_NAME, WEIGHTS_NAME = "adapter_config.json", "adapter_model.safetensors"
 
 
-def changed(world: World, path: str, event_type: str = "create") -> Any:
+def changed(world: Testbed, path: str, event_type: str = "create") -> Any:
     return world.event(FILE_CHANGED, {"path": path, "eventType": event_type}, subject=path)
 
 
-def admitted(world: World, ns: str, generation: int = 1) -> Any:
+def admitted(world: Testbed, ns: str, generation: int = 1) -> Any:
     return world.event(ADAPTER_ADMITTED, world.adapter_data(VLLM_ADAPTER, ns, "a", generation=generation))
 
 
-def stat_done(world: World, ns: str) -> Any:
+def stat_done(world: Testbed, ns: str) -> Any:
     return world.event(ADAPTER_STAT_COMPLETED, world.adapter_data(VLLM_ADAPTER, ns, "a", files=2, size="1"))
 
 
-def upload_both(world: World, directory: str, weights: bytes = WEIGHTS) -> None:
+def upload_both(world: Testbed, directory: str, weights: bytes = WEIGHTS) -> None:
     world.upload(directory + CONFIG_NAME, CONFIG)
     world.upload(directory + WEIGHTS_NAME, weights)
 
 
-def ready_condition(world: World, ns: str) -> dict[str, Any]:
+def ready_condition(world: Testbed, ns: str) -> dict[str, Any]:
     status = status_of(world, ns)
     (condition,) = [c for c in status["conditions"] if c["type"] == "Ready"]
     return condition
 
 
-def test_wrong_md5_fails_then_fixing_the_file_makes_it_ready(world: World) -> None:
+def test_wrong_md5_fails_then_fixing_the_file_makes_it_ready(world: Testbed) -> None:
     flow = Flow(world)
     ns, directory = setup_adapter(world, flow)
     wrong = b"not the weights"
@@ -95,7 +87,7 @@ def test_wrong_md5_fails_then_fixing_the_file_makes_it_ready(world: World) -> No
     assert status_of(world, ns) == expected_status(directory)
 
 
-def test_integrity_declared_after_upload(world: World) -> None:
+def test_integrity_declared_after_upload(world: Testbed) -> None:
     flow = Flow(world)
     ns, directory = setup_adapter(world, flow, integrity=False)
     upload_both(world, directory)
@@ -134,7 +126,7 @@ ORDERS = {
 
 
 @pytest.mark.parametrize("order", list(ORDERS))
-def test_duplicated_reordered_and_stale_events_converge(world: World, order: str) -> None:
+def test_duplicated_reordered_and_stale_events_converge(world: Testbed, order: str) -> None:
     flow = Flow(world)
     ns, directory = setup_adapter(world, flow)
     upload_both(world, directory)
@@ -159,7 +151,7 @@ def test_duplicated_reordered_and_stale_events_converge(world: World, order: str
     assert status_of(world, ns) == expected_status(directory)
 
 
-def test_deleted_file_goes_back_to_waiting(world: World) -> None:
+def test_deleted_file_goes_back_to_waiting(world: Testbed) -> None:
     flow = Flow(world)
     ns, directory = setup_adapter(world, flow)
     upload_both(world, directory)
@@ -174,7 +166,7 @@ def test_deleted_file_goes_back_to_waiting(world: World) -> None:
     assert list(status["integrity"]["files"]) == [directory + CONFIG_NAME]
 
 
-def test_missing_backend_md5_is_hashed_or_reported(world: World) -> None:
+def test_missing_backend_md5_is_hashed_or_reported(world: Testbed) -> None:
     flow = Flow(world)
     ns, directory = setup_adapter(world, flow)
     upload_both(world, directory)
@@ -193,7 +185,7 @@ def test_missing_backend_md5_is_hashed_or_reported(world: World) -> None:
     assert status_of(world, ns) == expected
 
 
-def test_storage_unavailable_is_retryable_and_writes_nothing(world: World) -> None:
+def test_storage_unavailable_is_retryable_and_writes_nothing(world: Testbed) -> None:
     flow = Flow(world)
     ns, directory = setup_adapter(world, flow)
     upload_both(world, directory)
@@ -209,7 +201,7 @@ def test_storage_unavailable_is_retryable_and_writes_nothing(world: World) -> No
     assert status_of(world, ns) == expected_status(directory)
 
 
-def test_conflicting_writer_loses_no_field(world: World) -> None:
+def test_conflicting_writer_loses_no_field(world: Testbed) -> None:
     flow = Flow(world)
     ns, directory = setup_adapter(world, flow)
     upload_both(world, directory)
@@ -242,7 +234,7 @@ def test_conflicting_writer_loses_no_field(world: World) -> None:
     assert status_of(world, ns) == {**expected_status(directory), "usedBy": ["deployment-1"]}
 
 
-def test_injected_conflicts_are_retried(world: World) -> None:
+def test_injected_conflicts_are_retried(world: Testbed) -> None:
     flow = Flow(world)
     ns, directory = setup_adapter(world, flow)
     upload_both(world, directory)
@@ -254,7 +246,7 @@ def test_injected_conflicts_are_retried(world: World) -> None:
     assert status_of(world, ns) == expected_status(directory)
 
 
-def test_stat_ignores_what_is_not_its_business(world: World) -> None:
+def test_stat_ignores_what_is_not_its_business(world: Testbed) -> None:
     ns = world.namespace()
     world.create(MODEL, ns, {"metadata": {"name": "llama"}, "spec": {}})
     world.create(VLLM_ADAPTER, ns, {"metadata": {"name": "a"}, "spec": {"model": "llama"}})
@@ -278,13 +270,13 @@ def test_stat_ignores_what_is_not_its_business(world: World) -> None:
     "path",
     ["/etc/passwd", "/loraadapters/ns/m/a/../../../etc/x", "/loraadapters/ns/m/a/%2e%2e/x"],
 )
-def test_stat_rejects_paths_outside_the_adapters(world: World, path: str) -> None:
+def test_stat_rejects_paths_outside_the_adapters(world: Testbed, path: str) -> None:
     response = world.post("stat", changed(world, path), structured=True)
     assert response.status_code == 400
     assert repr(path) in response.text
 
 
-def test_a_directory_too_large_for_one_status_records_the_declared_files_first(world: World) -> None:
+def test_a_directory_too_large_for_one_status_records_the_declared_files_first(world: Testbed) -> None:
     """The status is bounded (LORAFLOW_STATUS_MAX_FILES): declared files always, then the others
     in path order; size counts every file, statcompleted tells the real count, a Warning says so,
     and verify still reaches its verdict from the declared files."""

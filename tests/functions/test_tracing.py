@@ -11,13 +11,13 @@ import jsonschema
 from cloudevents.conversion import to_binary
 from cloudevents.http import CloudEvent, from_http
 
-from devstack.notifications import webhook_body
+from devstack.standins.notifications import webhook_body
 from events.domain import ADAPTER_DRIFTED, FILE_CHANGED
 from events.external import AWS_SQS, PING
 from events.schema_urls import schema_file
 from functions.logic.seaweed_event import EntryInfo, Notification, encode_event_notification
 from functions.resources.kinds import VLLM_ADAPTER
-from tests.functions.conftest import World
+from tests.support.testbed import Testbed
 
 TRACEPARENT = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
 TRACE = {"traceparent": TRACEPARENT, "tracestate": "rojo=00f067aa0ba902b7"}
@@ -27,12 +27,12 @@ def created(parent: str, name: str) -> Notification:
     return Notification(new_entry=EntryInfo(name=name, file_size=3, md5=bytes(16)), new_parent_path=parent)
 
 
-def post(world: World, function: str, event: CloudEvent) -> httpx.Response:
+def post(world: Testbed, function: str, event: CloudEvent) -> httpx.Response:
     headers, body = to_binary(event)
     return world.http.post(world.host.urls[function], headers={**headers, **TRACE}, content=body)
 
 
-def test_reply_carries_the_trace_and_a_dataschema_that_resolves(world: World) -> None:
+def test_reply_carries_the_trace_and_a_dataschema_that_resolves(world: Testbed) -> None:
     base = world.host.urls["verify"].rstrip("/") + "/schemas/"
     directory = f"/loraadapters/ns-{secrets.token_hex(3)}/llama/a"
     event = CloudEvent(
@@ -51,7 +51,7 @@ def test_reply_carries_the_trace_and_a_dataschema_that_resolves(world: World) ->
     jsonschema.Draft202012Validator(fetched.json()).validate(reply.get_data())
 
 
-def test_only_catalog_schemas_are_served(world: World) -> None:
+def test_only_catalog_schemas_are_served(world: Testbed) -> None:
     url = world.host.urls["stat"].rstrip("/")
     assert world.http.get(f"{url}/schemas/no_such_type_v1.json").status_code == 404
     for escape in ("..%2Fcatalog.py", "..%2F..%2Ffunctions%2Fsettings.py", "../catalog.py"):
@@ -59,7 +59,7 @@ def test_only_catalog_schemas_are_served(world: World) -> None:
         assert b"import" not in answer.content, escape  # the health answer at most, never a file
 
 
-def test_a_published_webhook_event_carries_the_callers_trace(world: World) -> None:
+def test_a_published_webhook_event_carries_the_callers_trace(world: Testbed) -> None:
     path = f"/loraadapters/ns-{secrets.token_hex(3)}/llama/a/w.safetensors"
     directory, name = path.rsplit("/", 1)
     body = webhook_body(path, "create", created(directory, name))
@@ -71,7 +71,7 @@ def test_a_published_webhook_event_carries_the_callers_trace(world: World) -> No
     assert event["traceparent"] == TRACE["traceparent"]
 
 
-def test_every_resync_nudge_carries_the_ticks_trace(world: World) -> None:
+def test_every_resync_nudge_carries_the_ticks_trace(world: Testbed) -> None:
     ns = world.namespace()
     for name in ("never-a", "never-b"):  # no finalizer, no status: both nudged to admit
         world.create(VLLM_ADAPTER, ns, {"metadata": {"name": name}, "spec": {"model": "m1"}})

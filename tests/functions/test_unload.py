@@ -20,13 +20,13 @@ from functions.resources.kinds import (
     VLLM_ADAPTER,
     Kind,
 )
-from tests.functions.conftest import World
+from tests.support.testbed import Testbed
 
 STATIC = {"sys-lora": "/models/sys-lora"}
 
 
 # -- helpers ----------------------------------------------------------------------------------------
-def make_adapter(world: World, ns: str, name: str) -> str:
+def make_adapter(world: Testbed, ns: str, name: str) -> str:
     """A Ready seed-1 adapter carrying our finalizer; returns the engine-side lora_path."""
     directory = f"/loraadapters/{ns}/m1/{name}"
     world.upload(f"{directory}/adapter_config.json", json.dumps({"peft_type": "LORA", "r": 8}).encode())
@@ -38,7 +38,7 @@ def make_adapter(world: World, ns: str, name: str) -> str:
     return f"{world.data_dir}{directory}"
 
 
-def with_static(world: World, ns: str, pods: list[str], static: dict[str, str]) -> None:
+def with_static(world: Testbed, ns: str, pods: list[str], static: dict[str, str]) -> None:
     """Restart the replicas' engines as if started with `--lora-modules` (static adapters)."""
     for pod in pods:
         replica = world.workload.replica(ns, pod)
@@ -46,7 +46,7 @@ def with_static(world: World, ns: str, pods: list[str], static: dict[str, str]) 
         replica.restart(unhealthy_for_s=0)
 
 
-def deployment(world: World, ns: str, name: str, replicas: int, adapters: list[str]) -> list[str]:
+def deployment(world: Testbed, ns: str, name: str, replicas: int, adapters: list[str]) -> list[str]:
     world.create(
         MODEL_DEPLOYMENT,
         ns,
@@ -58,16 +58,16 @@ def deployment(world: World, ns: str, name: str, replicas: int, adapters: list[s
     return pods
 
 
-def load(world: World, ns: str, name: str) -> None:
+def load(world: Testbed, ns: str, name: str) -> None:
     response = world.post("load", world.event(ADAPTER_READY, world.adapter_data(VLLM_ADAPTER, ns, name)))
     assert response.status_code == 200, response.text
 
 
-def loaded(world: World, ns: str, pod: str) -> dict[str, str]:
+def loaded(world: Testbed, ns: str, pod: str) -> dict[str, str]:
     return world.workload.replica(ns, pod).loaded
 
 
-def get(world: World, kind: Kind, ns: str, name: str) -> dict[str, Any]:
+def get(world: Testbed, kind: Kind, ns: str, name: str) -> dict[str, Any]:
     obj = world.get(kind, ns, name)
     assert obj is not None
     return obj
@@ -87,7 +87,7 @@ def unloaded(response: httpx.Response) -> dict[str, Any]:
     return data
 
 
-def delete(world: World, kind: Kind, ns: str, name: str) -> dict[str, Any]:
+def delete(world: Testbed, kind: Kind, ns: str, name: str) -> dict[str, Any]:
     world.custom.delete_namespaced_custom_object(kind.group, kind.version, ns, kind.plural, name)
     obj = get(world, kind, ns, name)
     assert obj["metadata"].get("deletionTimestamp")
@@ -96,7 +96,7 @@ def delete(world: World, kind: Kind, ns: str, name: str) -> dict[str, Any]:
 
 
 # -- seed 1 -----------------------------------------------------------------------------------------
-def test_removed_from_deployment_spec_is_unloaded_there_only(world: World) -> None:
+def test_removed_from_deployment_spec_is_unloaded_there_only(world: Testbed) -> None:
     ns = world.namespace()
     p1, p2 = make_adapter(world, ns, "a1"), make_adapter(world, ns, "a2")
     d1 = deployment(world, ns, "d1", 2, ["a1", "a2"])
@@ -132,7 +132,7 @@ def test_removed_from_deployment_spec_is_unloaded_there_only(world: World) -> No
     assert (status, reason) == ("False", "NotReferenced")
 
 
-def test_deleted_adapter_is_unloaded_everywhere_then_finalized(world: World) -> None:
+def test_deleted_adapter_is_unloaded_everywhere_then_finalized(world: Testbed) -> None:
     ns = world.namespace()
     p2 = make_adapter(world, ns, "a2")
     make_adapter(world, ns, "a1")
@@ -155,7 +155,7 @@ def test_deleted_adapter_is_unloaded_everywhere_then_finalized(world: World) -> 
     assert world.get(VLLM_ADAPTER, ns, "a1") is None  # finalizer removed: the API server let it go
 
 
-def test_failed_unload_keeps_the_finalizer_until_a_retry_succeeds(world: World) -> None:
+def test_failed_unload_keeps_the_finalizer_until_a_retry_succeeds(world: Testbed) -> None:
     ns = world.namespace()
     make_adapter(world, ns, "a1")
     pods = deployment(world, ns, "d1", 3, ["a1"])
@@ -181,7 +181,7 @@ def test_failed_unload_keeps_the_finalizer_until_a_retry_succeeds(world: World) 
     assert world.get(VLLM_ADAPTER, ns, "a1") is None
 
 
-def test_update_without_deletion_is_ignored(world: World) -> None:
+def test_update_without_deletion_is_ignored(world: Testbed) -> None:
     ns = world.namespace()
     path = make_adapter(world, ns, "a1")
     pods = deployment(world, ns, "d1", 1, ["a1"])
@@ -192,7 +192,7 @@ def test_update_without_deletion_is_ignored(world: World) -> None:
 
 
 # -- seed 2 -----------------------------------------------------------------------------------------
-def test_deleted_sglang_adapter_is_unloaded_and_finalized(world: World) -> None:
+def test_deleted_sglang_adapter_is_unloaded_and_finalized(world: Testbed) -> None:
     ns = world.namespace()
     world.create(
         INFERENCE_SERVICE,

@@ -9,62 +9,27 @@ from __future__ import annotations
 
 import itertools
 import json
-import os
-import shutil
-import subprocess
 from functools import cache
 from pathlib import Path
 from typing import Any
 
 import kubernetes_validate
 import pytest
-import yaml
 
 from events import external
 from events.catalog import CATALOG, SCHEMAS, sample
 from events.schema_urls import schema_file, schema_url
-from tests.manifests.test_knative_tree import (
-    K8S_VERSION,
-    ROOT,
-    filter_types,
-    is_custom,
-    validator_for,
-)
+from tests.support import manifests
+from tests.support.manifests import K8S_VERSION, KNATIVE, filter_types, is_custom, validator_for
 
-KNATIVE = ROOT / "knative"
 COMPONENTS = ("webhook", "sqs", "monitoring", "filer-source")
 COMBINATIONS = [c for n in range(len(COMPONENTS) + 1) for c in itertools.combinations(COMPONENTS, n)]
 Obj = dict[str, Any]
 
 
-def kubectl() -> str:
-    found = shutil.which("kubectl")
-    assert found, "kubectl is not installed (`make venv` installs it when the machine has none)"
-    return found
-
-
 @cache
 def render(components: tuple[str, ...], tmp: str) -> tuple[Obj, ...]:
-    """`kubectl kustomize` of an overlay of the core with `components`, as a user writes it
-    (kustomize refuses absolute paths: the overlay names them relative to itself)."""
-    overlay = Path(tmp) / ("+".join(components) or "core")
-    overlay.mkdir(parents=True, exist_ok=True)
-    relative = os.path.relpath(KNATIVE, overlay)
-    (overlay / "kustomization.yaml").write_text(
-        yaml.safe_dump(
-            {
-                "apiVersion": "kustomize.config.k8s.io/v1beta1",
-                "kind": "Kustomization",
-                "resources": [relative],
-                "components": [f"{relative}/components/{c}" for c in components],
-            }
-        )
-    )
-    done = subprocess.run(
-        [kubectl(), "kustomize", str(overlay)], capture_output=True, text=True, timeout=60, check=False
-    )
-    assert done.returncode == 0, done.stderr
-    return tuple(d for d in yaml.safe_load_all(done.stdout) if d)
+    return manifests.render(components, Path(tmp))
 
 
 @pytest.fixture(scope="module")

@@ -26,10 +26,18 @@ import pytest
 import yaml
 
 from events.catalog import CATALOG
+from tests.support.manifests import (
+    K8S_VERSION,
+    ROOT_FIELDS,
+    crd_schemas,
+    filter_types,
+    is_custom,
+    validator_for,
+)
+from tests.support.schemas import to_json_schema
 
 ROOT = Path(__file__).resolve().parents[2]
 KNATIVE_CRDS = Path(__file__).parent / "knative-crds"
-K8S_VERSION = "1.32"
 CONTRACT_FUNCTIONS = {"admit", "stat", "verify", "load", "reload", "unload", "resync", "ingest"}
 # ingest's only Trigger is the SQS one (components/sqs): the webhook queue posts to it directly.
 TRIGGERED_BY_DEFAULT = CONTRACT_FUNCTIONS - {"ingest"}
@@ -40,7 +48,6 @@ PUBLIC_OUTPUT_ONLY = {
     "io.loraflow.pod.reloaded.v1",
 }
 APISERVER_TYPES = {f"dev.knative.apiserver.resource.{op}" for op in ("add", "update", "delete")}
-ROOT_FIELDS = {"apiVersion": "string", "kind": "string", "metadata": "object"}
 ALLOWED_VERBS = {"get", "list", "watch", "patch", "update", "create"}
 
 Obj = dict[str, Any]
@@ -69,50 +76,6 @@ def ident(obj: Obj) -> str:
 # --- schemas -----------------------------------------------------------------------------
 
 
-def to_json_schema(node: Any) -> Any:
-    """Structural schema -> JSON Schema: nullable and int-or-string; x-kubernetes-* dropped."""
-    if isinstance(node, list):
-        return [to_json_schema(n) for n in node]
-    if not isinstance(node, dict):
-        return node
-    out = {k: to_json_schema(v) for k, v in node.items() if not k.startswith("x-kubernetes-")}
-    if node.get("x-kubernetes-int-or-string"):
-        out.pop("type", None)
-    if out.pop("nullable", False) and isinstance(out.get("type"), str):
-        out["type"] = [out["type"], "null"]
-    opaque = node.get("x-kubernetes-preserve-unknown-fields") or "additionalProperties" in node
-    if node.get("type") == "object" and "properties" in node and not opaque:
-        out["additionalProperties"] = False  # pruning would silently drop a misspelt field
-    return out
-
-
-@cache
-def knative_schemas() -> dict[tuple[str, str], Obj]:
-    """(apiVersion, kind) -> openAPIV3Schema from the vendored Knative CRDs (and ours)."""
-    found: dict[tuple[str, str], Obj] = {}
-    paths = [*KNATIVE_CRDS.glob("*.yaml"), *(ROOT / "knative" / "crds").glob("*.yaml")]
-    paths += (Path(__file__).parent / "prometheus-operator-crds").glob("*.yaml")
-    for path in paths:
-        for crd in yaml.safe_load_all(path.read_text()):
-            if not crd or crd.get("kind") != "CustomResourceDefinition":
-                continue
-            for version in crd["spec"]["versions"]:
-                key = (f"{crd['spec']['group']}/{version['name']}", crd["spec"]["names"]["kind"])
-                found[key] = version["schema"]["openAPIV3Schema"]
-    return found
-
-
-def is_custom(obj: Obj) -> bool:
-    return (obj["apiVersion"], obj["kind"]) in knative_schemas()
-
-
-def validator_for(api_version: str, kind: str) -> jsonschema.Draft7Validator:
-    schema = to_json_schema(knative_schemas()[(api_version, kind)])
-    # The apiserver owns apiVersion, kind and metadata; Knative's schemas leave them out.
-    schema["properties"] |= {k: {"type": t} for k, t in ROOT_FIELDS.items()}
-    return jsonschema.Draft7Validator(schema)
-
-
 def test_kustomize_renders_every_file() -> None:
     kinds = {o["kind"] for o in rendered()}
     expected = {"Namespace", "CustomResourceDefinition", "ServiceAccount", "ClusterRole"}
@@ -123,18 +86,9 @@ def test_kustomize_renders_every_file() -> None:
     assert len(of_kind("CustomResourceDefinition")) == 5
 
 
-def test_vendored_knative_crds_match_shared_copy() -> None:
-    """The copy equals ../shared/reference/knative-crds when that directory exists."""
-    shared = ROOT.parent / "shared" / "reference" / "knative-crds"
-    if not shared.is_dir():
-        pytest.skip("../shared not beside the repository")
-    for path in shared.glob("*.yaml"):
-        assert (KNATIVE_CRDS / path.name).read_bytes() == path.read_bytes(), path.name
-
-
 @pytest.mark.parametrize("obj", [o for o in rendered() if is_custom(o)], ids=ident)
 def test_custom_object_validates_against_its_crd(obj: Obj) -> None:
-    schema = to_json_schema(knative_schemas()[(obj["apiVersion"], obj["kind"])])
+    schema = to_json_schema(crd_schemas()[(obj["apiVersion"], obj["kind"])])
     # The apiserver owns apiVersion, kind and metadata; Knative's schemas leave them out.
     schema["properties"] |= {k: {"type": t} for k, t in ROOT_FIELDS.items()}
     errors = [
@@ -176,16 +130,6 @@ def source_types() -> set[str]:
 
 def emitted_types() -> set[str]:
     return {e.type for e in CATALOG if e.direction == "emitted"}
-
-
-def filter_types(node: Any) -> set[str]:
-    """Every `type` value named anywhere in a filter expression."""
-    if isinstance(node, list):
-        return {t for child in node for t in filter_types(child)}
-    if not isinstance(node, dict):
-        return set()
-    found = {node["type"]} if isinstance(node.get("type"), str) else set()
-    return found | {t for child in node.values() for t in filter_types(child)}
 
 
 def subscriber(trigger: Obj) -> str:

@@ -26,7 +26,7 @@ from events.domain import ADAPTER_DRIFTED, FILE_CHANGED, STEP_EXTENSION
 from events.external import API_TYPES, AWS_SQS, PING
 from functions import admit, ingest, load, reload, resync, stat, unload, verify
 from functions._edge import MAX_BODY_BYTES
-from tests.functions.conftest import World
+from tests.support.testbed import Testbed
 
 ACCEPTS: dict[str, tuple[str, ...]] = {
     "admit": admit.ACCEPTS,
@@ -58,19 +58,19 @@ class Writes:
     published: int
 
 
-def writes(world: World) -> Writes:
+def writes(world: Testbed) -> Writes:
     kube = sum(n for (verb, _), n in world.kube.requests.items() if verb in KUBE_WRITES)
     engines = sum(r.calls.get("load", 0) + r.calls.get("unload", 0) for _, r in world.workload.fleet.items())
     return Writes(kube, world.filer.request_count, engines, len(world.sink.events))
 
 
-def post(world: World, function: str, headers: dict[str, str], body: bytes) -> httpx.Response:
+def post(world: Testbed, function: str, headers: dict[str, str], body: bytes) -> httpx.Response:
     STATS["requests"] += 1
     return world.http.post(world.host.urls[function], headers=headers, content=body)
 
 
 def expect_rejected(
-    world: World,
+    world: Testbed,
     function: str,
     headers: dict[str, str],
     body: bytes,
@@ -150,7 +150,7 @@ header_safe = st.text(alphabet=string.ascii_letters + string.digits + "-._~:/ ",
     mode=modes,
 )
 def test_missing_empty_or_ill_typed_attributes(
-    world: World, attribute: str, how: str, bad: Any, mode: str
+    world: Testbed, attribute: str, how: str, bad: Any, mode: str
 ) -> None:
     STATS["examples"] += 1
     assume(not (how == "ill-typed" and mode == "binary"))  # a header is always a string
@@ -172,7 +172,7 @@ def test_missing_empty_or_ill_typed_attributes(
 
 @PROPERTY
 @given(version=st.text(max_size=8).filter(lambda v: v.strip() not in ("1.0", "0.3")), mode=modes)
-def test_wrong_specversion(world: World, version: str, mode: str) -> None:
+def test_wrong_specversion(world: Testbed, version: str, mode: str) -> None:
     STATS["examples"] += 1
     for function, types in ACCEPTS.items():
         event = base_attributes(types[0], function)
@@ -193,7 +193,7 @@ def test_wrong_specversion(world: World, version: str, mode: str) -> None:
     | st.text(alphabet=st.characters(min_codepoint=33, max_codepoint=126), min_size=1, max_size=40),
     mode=modes,
 )
-def test_types_a_function_does_not_subscribe_to(world: World, type_: str, mode: str) -> None:
+def test_types_a_function_does_not_subscribe_to(world: Testbed, type_: str, mode: str) -> None:
     STATS["examples"] += 1
     for function, types in ACCEPTS.items():
         if type_ in types:
@@ -252,7 +252,9 @@ def domain_and_api_types() -> list[tuple[str, str]]:
     data=st.data(),
     mode=modes,
 )
-def test_data_of_the_wrong_shape(world: World, pair: tuple[str, str], data: st.DataObject, mode: str) -> None:
+def test_data_of_the_wrong_shape(
+    world: Testbed, pair: tuple[str, str], data: st.DataObject, mode: str
+) -> None:
     STATS["examples"] += 1
     function, type_ = pair
     event = base_attributes(type_, function)
@@ -287,7 +289,7 @@ def test_data_of_the_wrong_shape(world: World, pair: tuple[str, str], data: st.D
     | st.text(min_size=1, max_size=30),
     mode=modes,
 )
-def test_ping_and_sqs_data_of_the_wrong_shape(world: World, garbage: Any, mode: str) -> None:
+def test_ping_and_sqs_data_of_the_wrong_shape(world: Testbed, garbage: Any, mode: str) -> None:
     STATS["examples"] += 1
     for function, type_ in (("resync", PING), ("ingest", AWS_SQS)):
         event = base_attributes(type_)
@@ -308,7 +310,7 @@ invalid_utf8 = st.binary(min_size=1, max_size=40).map(lambda b: b + b"\xff\xfe\x
 
 @PROPERTY
 @given(junk=invalid_utf8, mode=st.sampled_from(("binary-data", "structured", "webhook")))
-def test_invalid_utf8(world: World, junk: bytes, mode: str) -> None:
+def test_invalid_utf8(world: Testbed, junk: bytes, mode: str) -> None:
     STATS["examples"] += 1
     for function, types in ACCEPTS.items():
         type_ = types[0]
@@ -337,7 +339,7 @@ def test_invalid_utf8(world: World, junk: bytes, mode: str) -> None:
 
 # -- 5. huge bodies ----------------------------------------------------------------------------------
 @pytest.mark.parametrize("mode", ["binary", "structured", "webhook"])
-def test_huge_bodies(world: World, mode: str) -> None:
+def test_huge_bodies(world: Testbed, mode: str) -> None:
     padding = "x" * (MAX_BODY_BYTES + 1024)
     for function, types in ACCEPTS.items():
         if mode == "webhook":
@@ -357,7 +359,7 @@ def test_huge_bodies(world: World, mode: str) -> None:
 
 
 @pytest.mark.parametrize("mode", ["binary", "structured", "webhook"])
-def test_json_nested_deeper_than_the_decoder_allows(world: World, mode: str) -> None:
+def test_json_nested_deeper_than_the_decoder_allows(world: Testbed, mode: str) -> None:
     """`[[[[...` (200k levels, well under the size limit) once crashed every function with a
     RecursionError in the JSON decoder (500): now it is a 400 like any other garbage."""
     deep = "[" * 200_000
@@ -437,7 +439,7 @@ def seaweed_webhook(key: str) -> dict[str, Any]:
 
 @PROPERTY
 @given(path=traversal_paths(), mode=modes, as_subject=st.booleans())
-def test_traversal_paths_are_rejected(world: World, path: str, mode: str, as_subject: bool) -> None:
+def test_traversal_paths_are_rejected(world: Testbed, path: str, mode: str, as_subject: bool) -> None:
     STATS["examples"] += 1
     encode_mode = "structured" if "\x00" in path else mode
     # stat: file.changed naming the path in data (and/or subject)
@@ -455,7 +457,7 @@ def test_traversal_paths_are_rejected(world: World, path: str, mode: str, as_sub
 
 @PROPERTY
 @given(path=outside_root, mode=modes)
-def test_paths_outside_the_storage_root(world: World, path: str, mode: str) -> None:
+def test_paths_outside_the_storage_root(world: Testbed, path: str, mode: str) -> None:
     STATS["examples"] += 1
     headers, body = encode(file_changed_event(path, path), mode)
     expect_rejected(world, "stat", headers, body, ("path", "/loraadapters"))
@@ -493,7 +495,7 @@ bad_subdomains = st.one_of(
     data=st.data(),
     mode=modes,
 )
-def test_names_that_are_not_dns_labels(world: World, which: str, data: st.DataObject, mode: str) -> None:
+def test_names_that_are_not_dns_labels(world: Testbed, which: str, data: st.DataObject, mode: str) -> None:
     STATS["examples"] += 1
     value = data.draw(bad_labels if which == "namespace" else bad_subdomains)
     encode_mode = "structured" if not value.isprintable() or not value.isascii() else mode
@@ -536,7 +538,7 @@ header_names = st.text(alphabet=string.ascii_lowercase + "-", min_size=1, max_si
         )
     ),
 )
-def test_raw_garbage(world: World, body: bytes, headers: dict[str, str], content_type: str | None) -> None:
+def test_raw_garbage(world: Testbed, body: bytes, headers: dict[str, str], content_type: str | None) -> None:
     STATS["examples"] += 1
     if content_type is not None:
         headers = {**headers, "content-type": content_type}
@@ -555,7 +557,9 @@ def test_raw_garbage(world: World, body: bytes, headers: dict[str, str], content
     token=st.none() | st.text(alphabet=string.ascii_letters + string.digits, min_size=1, max_size=40),
     scheme=st.sampled_from(("Bearer ", "bearer ", "Basic ", "", "Bearer  ")),
 )
-def test_webhook_without_the_token_is_401(world: World, body: bytes, token: str | None, scheme: str) -> None:
+def test_webhook_without_the_token_is_401(
+    world: Testbed, body: bytes, token: str | None, scheme: str
+) -> None:
     STATS["examples"] += 1
     secret = "hook-" + "s" * 24
     assume(token is None or scheme + token != "Bearer " + secret)
@@ -566,7 +570,7 @@ def test_webhook_without_the_token_is_401(world: World, body: bytes, token: str 
         expect_rejected(world, "ingest", headers, body, (), status=401)
 
 
-def test_figures(world: World) -> None:
+def test_figures(world: Testbed) -> None:
     """Not a check: prints how much garbage the properties above posted (see the report)."""
     print(f"\nbad-input: {STATS['examples']} examples, {STATS['requests']} requests")
     del world

@@ -14,11 +14,11 @@ import os
 import random
 import time
 
-from devstack.broker import Faults
+from devstack.eventing.broker import Faults
 from devstack.stack import Stack
 from functions.resources.kinds import INFERENCE_SERVICE, MODEL_DEPLOYMENT, SGLANG_ADAPTER, VLLM_ADAPTER
-from tests.reliability import invariant
-from tests.reliability.conftest import Env, Meter, quiesce_and_check, record_result
+from tests.support import invariant
+from tests.support.convergence import Env, Meter, quiesce_and_check, record_result
 
 SEED = 20261130
 CHECKPOINT_S = 15.0

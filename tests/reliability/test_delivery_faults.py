@@ -12,10 +12,10 @@ import time
 
 import pytest
 
-from devstack.broker import Faults
+from devstack.eventing.broker import Faults
 from devstack.stack import Stack
-from tests.reliability import invariant
-from tests.reliability.conftest import Env, Meter, lifecycle, quiesce_and_check, record_result
+from tests.support import invariant
+from tests.support.convergence import Env, Meter, lifecycle, quiesce_and_check, record_result
 
 SCENARIOS = {
     "duplicate": Faults(duplicate=True, seed=11),

@@ -24,8 +24,8 @@ from devstack.stack import Stack
 from functions.logic import phase
 from functions.logic.adapter_config import VERDICT_REASONS
 from functions.resources.kinds import MODEL_DEPLOYMENT, VLLM_ADAPTER
-from tests.reliability import invariant
-from tests.reliability.conftest import Env, Meter, lifecycle, quiesce_and_check, record_result
+from tests.support import invariant
+from tests.support.convergence import Env, Meter, lifecycle, quiesce_and_check, record_result
 
 GOOD_V1 = ("a1", "a2", "a3")
 BAD_READY_REASONS = {phase.INTEGRITY_CHECK_FAILED, phase.MD5_UNAVAILABLE, phase.MODEL_NOT_FOUND}

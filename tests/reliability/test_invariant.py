@@ -12,11 +12,11 @@ from collections.abc import Iterator
 import httpx
 import pytest
 
-from devstack.broker import Faults
+from devstack.eventing.broker import Faults
 from devstack.stack import Stack
 from functions.resources.kinds import SGLANG_ADAPTER, VLLM_ADAPTER
-from tests.reliability.conftest import Env, eventually, quiesce_and_check
-from tests.reliability.invariant import Violation
+from tests.support.convergence import Env, eventually, quiesce_and_check
+from tests.support.invariant import Violation
 
 
 @pytest.fixture(scope="module")
@@ -143,6 +143,7 @@ def test_finalizer_left_on_deleted_adapter_is_caught(frozen: Env) -> None:
             in (frozen.cluster.get(VLLM_ADAPTER, "doomed") or {}).get("metadata", {}).get("finalizers", [])
             or _admit_by_hand(frozen)
         ),
+        timeout=30,
         what="finalizer",
     )
     frozen.cluster.delete(VLLM_ADAPTER, "doomed")

@@ -30,8 +30,8 @@ from functions.resources.kinds import (
     SGLANG_ADAPTER,
     VLLM_ADAPTER,
 )
-from tests.functions.conftest import FUNCTIONS_USER, ROOT, World
-from tests.reliability.conftest import DENIALS
+from tests.support.denials import DENIALS
+from tests.support.testbed import FUNCTIONS_USER, ROOT, Testbed
 
 Grant = tuple[str, str, str]  # (verb, apiGroup, resource[/subresource])
 
@@ -54,7 +54,7 @@ def granted() -> set[Grant]:
     return out
 
 
-def used(world: World) -> set[Grant]:
+def used(world: Testbed) -> set[Grant]:
     return {
         (r.verb, r.group, f"{r.resource}/{r.subresource}" if r.subresource else r.resource)
         for r in world.kube.authorized_requests
@@ -67,14 +67,14 @@ def md5(data: bytes) -> str:
 
 
 def send(
-    world: World, function: str, event: CloudEvent, ok: tuple[int, ...] = (200, 204)
+    world: Testbed, function: str, event: CloudEvent, ok: tuple[int, ...] = (200, 204)
 ) -> CloudEvent | None:
     response = world.post(function, event)
     assert response.status_code in ok, f"{function}: {response.status_code} {response.text}"
     return from_http(dict(response.headers), response.content) if response.status_code == 200 else None
 
 
-def lifecycle(world: World) -> None:
+def lifecycle(world: Testbed) -> None:
     """Both seeds, end to end, by posting what the Broker would deliver."""
     ns = world.namespace()
     config = json.dumps({"peft_type": "LORA", "r": 8, "lora_alpha": 16}).encode()
@@ -145,25 +145,25 @@ def lifecycle(world: World) -> None:
 
 
 @pytest.fixture(scope="module")
-def lived(world: World) -> World:
+def lived(world: Testbed) -> Testbed:
     lifecycle(world)
     return world
 
 
-def test_the_functions_run_as_the_service_account(lived: World) -> None:
+def test_the_functions_run_as_the_service_account(lived: Testbed) -> None:
     assert used(lived), "no request was authorized for the functions' ServiceAccount"
 
 
-def test_no_request_of_the_functions_was_denied(lived: World) -> None:
+def test_no_request_of_the_functions_was_denied(lived: Testbed) -> None:
     mine = [d for d in DENIALS if d.user == FUNCTIONS_USER]
     assert mine == [], f"RBAC denied the functions: {mine}"
 
 
-def test_every_request_was_within_the_grants(lived: World) -> None:
+def test_every_request_was_within_the_grants(lived: Testbed) -> None:
     assert used(lived) <= granted()
 
 
-def test_every_granted_verb_is_used(lived: World) -> None:
+def test_every_granted_verb_is_used(lived: Testbed) -> None:
     """Least privilege: the shipped role grants nothing the functions do not use."""
     unused = granted() - used(lived)
     assert not unused, f"granted but never used: {sorted(unused)}"

@@ -14,8 +14,8 @@ from __future__ import annotations
 import math
 import time
 
-from devstack.engines.base import LoadedAdapter
-from devstack.kube.store import WriteOptions
+from devstack.standins.engines.base import LoadedAdapter
+from devstack.standins.kube.store import WriteOptions
 from events.domain import STEP_EXTENSION
 from events.external import PING
 from functions.resources.kinds import (
@@ -26,8 +26,8 @@ from functions.resources.kinds import (
     VLLM_ADAPTER,
     Kind,
 )
-from tests.functions.conftest import World
-from tests.reliability.conftest import record_result
+from tests.support.convergence import record_result
+from tests.support.testbed import Testbed
 
 V1_ADAPTERS, DEPLOYMENTS = 2000, 40
 V2_ADAPTERS, SERVICES = 200, 4
@@ -40,14 +40,14 @@ def _cond(type_: str, reason: str, status: str = "True") -> dict[str, str]:
     return {"type": type_, "status": status, "reason": reason, "message": "ok", "lastTransitionTime": STAMP}
 
 
-def _rtype(world: World, kind: Kind) -> object:
+def _rtype(world: Testbed, kind: Kind) -> object:
     found = world.kube.registry.lookup(kind.group, kind.version, kind.plural)
     assert found is not None
     return found
 
 
 def _put(
-    world: World, kind: Kind, ns: str, body: dict[str, object], status: dict[str, object] | None
+    world: Testbed, kind: Kind, ns: str, body: dict[str, object], status: dict[str, object] | None
 ) -> None:
     store, rtype = world.kube.store, _rtype(world, kind)
     store.create(rtype, ns, {"apiVersion": kind.api_version, "kind": kind.kind, **body}, WriteOptions())
@@ -56,7 +56,7 @@ def _put(
         store.mutate(rtype, ns, name, lambda obj, s=status: {**obj, "status": s}, "status", WriteOptions())
 
 
-def test_resync_nudges_exactly_the_drifted_over_thousands(world: World) -> None:
+def test_resync_nudges_exactly_the_drifted_over_thousands(world: Testbed) -> None:
     ns = world.namespace()
     started = time.monotonic()
     owner = {f"a{i:04d}": f"d{i % DEPLOYMENTS:02d}" for i in range(V1_ADAPTERS)}

@@ -18,14 +18,14 @@ import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from devstack.engines.fleet import allocate_address, release_address
+from devstack.standins.engines.fleet import allocate_address, release_address
 from events.external import API_UPDATE, PING
 from functions import ingest
 from functions.errors import Reject
 from functions.logic import paths
 from functions.observability import JsonFormatter
 from functions.resources.kinds import MODEL_DEPLOYMENT, MODEL_DEPLOYMENT_LABEL
-from tests.functions.conftest import World
+from tests.support.testbed import Testbed
 
 VLLM = "rackai.rackspace.com/v1alpha1"
 PROPERTY = settings(max_examples=200, deadline=None)
@@ -124,7 +124,7 @@ def attacker() -> Iterator[tuple[str, int, list[str]]]:
 
 
 def test_engine_endpoints_come_from_the_api_never_from_event_data(
-    world: World, attacker: tuple[str, int, list[str]]
+    world: Testbed, attacker: tuple[str, int, list[str]]
 ) -> None:
     host, port, hits = attacker
     url = f"http://{host}:{port}"
@@ -180,7 +180,7 @@ def test_engine_endpoints_come_from_the_api_never_from_event_data(
 
 
 # -- (c) constant-time token check ------------------------------------------------------------------
-def test_webhook_token_is_compared_in_constant_time(world: World) -> None:
+def test_webhook_token_is_compared_in_constant_time(world: Testbed) -> None:
     source = inspect.getsource(ingest.webhook)
     assert "hmac.compare_digest(" in source
     assert "==" not in "".join(
@@ -209,7 +209,7 @@ def test_webhook_token_is_compared_in_constant_time(world: World) -> None:
 
 
 # -- (d) no secret in logs --------------------------------------------------------------------------
-def test_tokens_and_credentials_never_reach_the_logs(world: World) -> None:
+def test_tokens_and_credentials_never_reach_the_logs(world: Testbed) -> None:
     import os
 
     secret = "hook-secret-" + "z" * 20

@@ -3,26 +3,12 @@
 from __future__ import annotations
 
 import secrets
-import time
-from collections.abc import Callable, Iterator
-from typing import Any
+from collections.abc import Iterator
 
 import pytest
 
-from devstack.demo import Cluster
 from devstack.stack import Stack
-
-
-def eventually(check: Callable[[], Any], timeout: float = 20.0, what: str = "condition") -> Any:
-    """Poll until `check()` is truthy; fail with `what` after `timeout` seconds."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = check()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            pytest.fail(f"{what}: not reached within {timeout:.0f}s")
-        time.sleep(0.1)
+from tests.support.cluster import Cluster
 
 
 @pytest.fixture(scope="module")

@@ -11,12 +11,12 @@ import secrets
 import time
 from typing import Any
 
-from devstack.demo import Cluster
+from devstack.eventing.triggers import render
 from devstack.stack import Stack
-from devstack.triggers import render
 from functions.resources.kinds import MODEL, MODEL_DEPLOYMENT, MODEL_DEPLOYMENT_LABEL, VLLM_ADAPTER
-from tests.stack.conftest import eventually
-from tests.stack.test_lifecycle import listings, seed1_adapter
+from tests.support.builders import seed1_adapter
+from tests.support.cluster import Cluster
+from tests.support.wait import eventually
 
 READY_TYPE = "io.loraflow.adapter.ready.v1"
 
@@ -64,7 +64,7 @@ def test_broken_load_trigger_never_loads() -> None:
         eventually(lambda: (cluster.get(VLLM_ADAPTER, "a1") or {}).get("status", {}).get("phase") == "Ready")
         assert stack.settle(quiet=1.0)
         time.sleep(1.0)
-        found = listings(cluster, selector)
+        found = cluster.listings(selector)
         assert len(found) == 2
         assert all(s is not None and "a1" not in s for s in found.values()), found
         adapter = cluster.get(VLLM_ADAPTER, "a1") or {}

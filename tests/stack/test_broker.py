@@ -15,9 +15,9 @@ import pytest
 from cloudevents.conversion import to_binary
 from cloudevents.http import CloudEvent, from_http
 
-from devstack.broker import Broker, Faults
-from devstack.sink import EventSink
-from devstack.triggers import (
+from devstack.eventing.broker import Broker, Faults
+from devstack.eventing.sink import EventSink
+from devstack.eventing.triggers import (
     Delivery,
     ManifestError,
     compile_trigger_filter,

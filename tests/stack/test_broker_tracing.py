@@ -14,8 +14,8 @@ import pytest
 from cloudevents.conversion import to_binary
 from cloudevents.http import CloudEvent, from_http
 
-from devstack.broker import Broker, BrokerClient
-from devstack.triggers import load_triggers
+from devstack.eventing.broker import Broker, BrokerClient
+from devstack.eventing.triggers import load_triggers
 from functions import tracing
 
 TRACEPARENT = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"

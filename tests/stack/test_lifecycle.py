@@ -11,7 +11,6 @@ import json
 import os
 from typing import Any
 
-from devstack.demo import Cluster
 from devstack.stack import Stack
 from functions.resources.kinds import (
     INFERENCE_SERVICE,
@@ -22,7 +21,9 @@ from functions.resources.kinds import (
     SGLANG_ADAPTER,
     VLLM_ADAPTER,
 )
-from tests.stack.conftest import eventually
+from tests.support.builders import seed1_adapter
+from tests.support.cluster import Cluster
+from tests.support.wait import eventually
 
 CONFIG = json.dumps({"peft_type": "LORA", "r": 8}).encode()
 
@@ -36,12 +37,12 @@ def listings(cluster: Cluster, selector: str) -> dict[str, set[str] | None]:
 
 
 def loaded_in(cluster: Cluster, selector: str, handle: str, pods: int) -> bool:
-    found = listings(cluster, selector)
+    found = cluster.listings(selector)
     return len(found) == pods and all(handle in (s or set()) for s in found.values())
 
 
 def unloaded_everywhere(cluster: Cluster, selector: str, handle: str) -> bool:
-    found = listings(cluster, selector)
+    found = cluster.listings(selector)
     return bool(found) and all(s is not None and handle not in s for s in found.values())
 
 
@@ -59,27 +60,6 @@ def condition(obj: dict[str, Any] | None, type_: str) -> dict[str, Any]:
     return {}
 
 
-def seed1_adapter(cluster: Cluster, name: str, model: str = "llama") -> None:
-    """Create the adapter declaring the MD5s, then upload its files through the filer."""
-    directory = f"/loraadapters/{cluster.namespace}/{model}/{name}/"
-    weights = os.urandom(2048)
-    cluster.create(
-        VLLM_ADAPTER,
-        name,
-        {
-            "model": model,
-            "integrity": {
-                "md5": {
-                    directory + "adapter_config.json": md5(CONFIG),
-                    directory + "adapter_model.safetensors": md5(weights),
-                }
-            },
-        },
-    )
-    cluster.upload(directory + "adapter_config.json", CONFIG)
-    cluster.upload(directory + "adapter_model.safetensors", weights)
-
-
 def test_seed1_whole_lifecycle(stack: Stack, cluster: Cluster) -> None:
     selector = f"{MODEL_DEPLOYMENT_LABEL}=d1"
     cluster.create(MODEL, "llama", {"displayName": "Llama"})
@@ -91,7 +71,7 @@ def test_seed1_whole_lifecycle(stack: Stack, cluster: Cluster) -> None:
         lambda: (cluster.get(VLLM_ADAPTER, "a1") or {}).get("status", {}).get("phase") == "Ready",
         what="Ready",
     )
-    eventually(lambda: loaded_in(cluster, selector, "a1", 3), what="loaded in 3 pods")
+    eventually(lambda: cluster.loaded_in(selector, "a1", 3), what="loaded in 3 pods")
     # the engines list it before load's status write lands: the condition follows
     eventually(
         lambda: condition(cluster.get(VLLM_ADAPTER, "a1"), "Loaded").get("status") == "True",
@@ -103,11 +83,11 @@ def test_seed1_whole_lifecycle(stack: Stack, cluster: Cluster) -> None:
     # an engine restart drops its adapters; the Pod comes back Ready and reload puts it back
     pod = cluster.pods(selector)[0]["metadata"]["name"]
     stack.workload.restart(cluster.namespace, pod)
-    eventually(lambda: "a1" in (listings(cluster, selector).get(pod) or set()), what="reloaded after restart")
+    eventually(lambda: "a1" in (cluster.listings(selector).get(pod) or set()), what="reloaded after restart")
 
     # scale-up: the new replicas get it too
     cluster.patch(MODEL_DEPLOYMENT, "d1", {"spec": {"replicas": 4}})
-    eventually(lambda: loaded_in(cluster, selector, "a1", 4), what="loaded in 4 pods")
+    eventually(lambda: cluster.loaded_in(selector, "a1", 4), what="loaded in 4 pods")
 
     # scale-down: each Pod's deletion reaches load, which recounts the Ready pods
     cluster.patch(MODEL_DEPLOYMENT, "d1", {"spec": {"replicas": 2}})
@@ -121,7 +101,7 @@ def test_seed1_whole_lifecycle(stack: Stack, cluster: Cluster) -> None:
 
     # removed from the target's spec -> unloaded everywhere
     cluster.patch(MODEL_DEPLOYMENT, "d1", {"spec": {"loraAdapters": []}})
-    eventually(lambda: unloaded_everywhere(cluster, selector, "a1"), what="unloaded after leaving the spec")
+    eventually(lambda: cluster.unloaded_everywhere(selector, "a1"), what="unloaded after leaving the spec")
 
     # deleted -> the finalizer goes last -> gone
     cluster.delete(VLLM_ADAPTER, "a1")
@@ -139,7 +119,7 @@ def test_seed1_adapter_waits_for_its_model_then_goes_on(stack: Stack, cluster: C
         what="ModelNotFound",
     )
     cluster.create(MODEL, "late", {})
-    eventually(lambda: loaded_in(cluster, selector, "a1", 1), what="loaded once its Model exists")
+    eventually(lambda: cluster.loaded_in(selector, "a1", 1), what="loaded once its Model exists")
     eventually(
         lambda: delivered(stack, "loraflow-admit-model-added"), what="the Model's add delivered to admit"
     )
@@ -162,7 +142,7 @@ def test_seed1_wrong_md5_fails_and_is_never_loaded(stack: Stack, cluster: Cluste
     )
     assert condition(cluster.get(VLLM_ADAPTER, "bad"), "Ready")["reason"] == "IntegrityCheckFailed"
     assert stack.settle()
-    assert unloaded_everywhere(cluster, selector, "bad")
+    assert cluster.unloaded_everywhere(selector, "bad")
 
 
 def test_seed2_available_loaded_and_reloaded_after_restart(stack: Stack, cluster: Cluster) -> None:
@@ -187,13 +167,13 @@ def test_seed2_available_loaded_and_reloaded_after_restart(stack: Stack, cluster
         lambda: condition(cluster.get(SGLANG_ADAPTER, "tone"), "Loaded").get("status") == "True",
         what="Loaded",
     )
-    eventually(lambda: loaded_in(cluster, selector, "tone-v1", 2), what="loaded in both SGLang pods")
+    eventually(lambda: cluster.loaded_in(selector, "tone-v1", 2), what="loaded in both SGLang pods")
     first = (cluster.get(SGLANG_ADAPTER, "tone") or {})["status"]["lastLoadedAt"]
 
     stack.workload.restart(
         cluster.namespace, cluster.pods(selector)[0]["metadata"]["name"], unhealthy_for_s=1.1
     )
-    eventually(lambda: loaded_in(cluster, selector, "tone-v1", 2), what="reloaded after restart")
+    eventually(lambda: cluster.loaded_in(selector, "tone-v1", 2), what="reloaded after restart")
     eventually(
         lambda: (cluster.get(SGLANG_ADAPTER, "tone") or {})["status"].get("lastLoadedAt", first) > first,
         what="lastLoadedAt moved",

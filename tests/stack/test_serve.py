@@ -18,7 +18,7 @@ import httpx
 import pytest
 from kubernetes import client
 
-from tests.stack.conftest import eventually
+from tests.support.wait import eventually
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -141,5 +141,8 @@ def test_demo_converges_and_exits_zero() -> None:
     traces = re.findall(r"(\S+): trace ([0-9a-f]{32}) \((.*)\)", result.stdout)
     assert sorted(name for name, _, _ in traces) == ["finance-qa", "legal-summaries", "support-tone"]
     assert len({trace for _, trace, _ in traces}) == 3
-    assert all(chain.endswith("-> loaded") and "admitted" in chain for _, _, chain in traces)
+    # from the event that started it (the adapter's creation, its last file's notification, a
+    # target's change: whichever the steps' verdicts followed last) to loaded
+    for _, _, chain in traces:
+        assert chain.split(" -> ")[-1] == "loaded" and len(chain.split(" -> ")) >= 2, chain
     assert time.monotonic() - started < 60

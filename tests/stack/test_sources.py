@@ -15,11 +15,11 @@ from cloudevents.http import CloudEvent
 from kubernetes import client, config
 from moto.server import ThreadedMotoServer
 
-from devstack.apiserversource import ApiServerSource, guess_plural, label_selector
-from devstack.broker import BrokerClient
-from devstack.kube import KubeServer
-from devstack.pingsource import PingSource, next_fire, ping_event
-from devstack.sqs_bridge import SqsBridge
+from devstack.eventing.apiserversource import ApiServerSource, guess_plural, label_selector
+from devstack.eventing.broker import BrokerClient
+from devstack.eventing.pingsource import PingSource, next_fire, ping_event
+from devstack.standins.kube import KubeServer
+from devstack.standins.sqs_bridge import SqsBridge
 
 ROOT = Path(__file__).resolve().parents[2]
 GROUP, VERSION = "rackai.rackspace.com", "v1alpha1"

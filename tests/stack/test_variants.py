@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import secrets
 
-from devstack.broker import Faults
-from devstack.demo import Cluster
+from devstack.eventing.broker import Faults
 from devstack.stack import Stack
 from functions.resources.kinds import MODEL, MODEL_DEPLOYMENT, MODEL_DEPLOYMENT_LABEL, VLLM_ADAPTER
-from tests.stack.conftest import eventually
-from tests.stack.test_lifecycle import loaded_in, seed1_adapter, unloaded_everywhere
+from tests.support.builders import seed1_adapter
+from tests.support.cluster import Cluster
+from tests.support.wait import eventually
 
 
 def run_to_loaded(stack: Stack, replicas: int) -> Cluster:
@@ -22,7 +22,7 @@ def run_to_loaded(stack: Stack, replicas: int) -> Cluster:
         lambda: (cluster.get(VLLM_ADAPTER, "a1") or {}).get("status", {}).get("phase") == "Ready",
         what="Ready",
     )
-    eventually(lambda: loaded_in(cluster, f"{MODEL_DEPLOYMENT_LABEL}=d1", "a1", replicas), what="loaded")
+    eventually(lambda: cluster.loaded_in(f"{MODEL_DEPLOYMENT_LABEL}=d1", "a1", replicas), what="loaded")
     return cluster
 
 
@@ -44,5 +44,5 @@ def test_duplicated_and_shuffled_deliveries_still_converge() -> None:
         cluster = run_to_loaded(stack, replicas=2)
         cluster.delete(VLLM_ADAPTER, "a1")
         eventually(lambda: cluster.get(VLLM_ADAPTER, "a1") is None, what="gone")
-        assert unloaded_everywhere(cluster, f"{MODEL_DEPLOYMENT_LABEL}=d1", "a1")
+        assert cluster.unloaded_everywhere(f"{MODEL_DEPLOYMENT_LABEL}=d1", "a1")
         assert stack.broker.counters.delivered > stack.broker.counters.received

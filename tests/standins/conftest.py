@@ -11,10 +11,11 @@ import pytest
 import yaml
 from kubernetes import client
 
-from devstack.kube import KubeServer
+from devstack.standins.kube import KubeServer
 
 REPO = Path(__file__).resolve().parents[2]
-SEED = Path("/work/shared/seeds/rackai-loraadapter-openapi.json")
+# The vendored copy (tests/manifests/test_vendored_copies.py keeps it equal to ../shared/seeds).
+SEED = REPO / "tests" / "manifests" / "seeds" / "rackai-loraadapter-openapi.json"
 REAL_CRDS = REPO / "knative" / "crds"
 REAL_RBAC = REPO / "knative" / "rbac"
 FUNCTIONS_SA = "system:serviceaccount:loraflow:loraflow-functions"

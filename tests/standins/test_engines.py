@@ -12,7 +12,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from devstack.engines import EngineFleet, SglangReplica, VllmReplica, reserved_addresses
+from devstack.standins.engines import EngineFleet, SglangReplica, VllmReplica, reserved_addresses
 
 MODEL = "llama3-8b-base"
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from devstack.filer import FilerServer
+from devstack.standins.filer import FilerServer
 
 JSON = {"Accept": "application/json"}
 D = "/loraadapters/ns/model/adapter"

@@ -17,7 +17,7 @@ import httpx
 import pytest
 from moto.server import ThreadedMotoServer
 
-from devstack.filer import FilerServer
+from devstack.standins.filer import FilerServer
 from functions.logic.seaweed_event import classify, decode_sqs_body, parse_webhook_message
 
 D = "/loraadapters/ns/model/adapter"

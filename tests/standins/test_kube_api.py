@@ -11,7 +11,7 @@ import pytest
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from devstack.kube import KubeServer
+from devstack.standins.kube import KubeServer
 
 GROUP, VERSION, PLURAL, NS = "rackai.rackspace.com", "v1alpha1", "loraadapters", "default"
 TABLE = "application/json;as=Table;v=v1;g=meta.k8s.io,application/json"

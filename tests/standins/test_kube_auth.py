@@ -11,8 +11,8 @@ import pytest
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from devstack.kube import KubeServer
-from devstack.kube.rbac import AuthorizedRequest
+from devstack.standins.kube import KubeServer
+from devstack.standins.kube.rbac import AuthorizedRequest
 
 GROUP, VERSION, PLURAL, NS = "rackai.rackspace.com", "v1alpha1", "loraadapters", "default"
 SA = "system:serviceaccount:loraflow:loraflow-functions"

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from devstack.kube import KubeServer
+from devstack.standins.kube import KubeServer
 
 KUBECTL = shutil.which("kubectl")
 MANIFEST = """\

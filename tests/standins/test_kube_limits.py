@@ -12,9 +12,9 @@ import pytest
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from devstack.kube import KubeServer
-from devstack.kube.api import Response
-from devstack.kube.routing import Request
+from devstack.standins.kube import KubeServer
+from devstack.standins.kube.api import Response
+from devstack.standins.kube.routing import Request
 
 GROUP, VERSION, PLURAL, NS = "rackai.rackspace.com", "v1alpha1", "loraadapters", "default"
 PATH = f"/apis/{GROUP}/{VERSION}/namespaces/{NS}/{PLURAL}"

@@ -12,7 +12,7 @@ import httpx
 import pytest
 from kubernetes import client, config
 
-from devstack.kube import KubeServer
+from devstack.standins.kube import KubeServer
 
 GROUP, VERSION, PLURAL = "rackai.rackspace.com", "v1alpha1", "loraadapters"
 

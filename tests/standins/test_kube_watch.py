@@ -11,7 +11,7 @@ from typing import Any
 import httpx
 from kubernetes import client, watch
 
-from devstack.kube import KubeServer
+from devstack.standins.kube import KubeServer
 
 GROUP, VERSION, PLURAL, NS = "rackai.rackspace.com", "v1alpha1", "loraadapters", "default"
 Factory = Callable[..., dict[str, Any]]

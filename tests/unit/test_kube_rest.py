@@ -11,7 +11,7 @@ from typing import Any
 import httpx
 import pytest
 
-from devstack.kube import KubeServer
+from devstack.standins.kube import KubeServer
 from functions.adapters.kube import Kube, KubeApi, KubeRefused
 from functions.adapters.kubeconfig import KubeConfig, StaticToken
 from functions.errors import KubeConflict, KubeUnavailable

@@ -16,8 +16,8 @@ import pytest
 import yaml
 from cryptography import x509
 
-from devstack.kube import KubeServer
-from devstack.kube.tls import issue, loopback_certificate
+from devstack.standins.kube import KubeServer
+from devstack.standins.kube.tls import issue, loopback_certificate
 from functions.adapters import kubeconfig
 from functions.adapters.kube import Kube, KubeUnavailable, connect
 from functions.adapters.kubeconfig import FileToken, KubeConfig, KubeConfigError, from_kubeconfig, in_cluster

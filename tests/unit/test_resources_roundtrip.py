@@ -25,6 +25,7 @@ import yaml
 
 from events.records import Record
 from functions.resources import inference, meta, rackai
+from tests.support.schemas import to_json_schema
 
 ROOT = Path(__file__).resolve().parents[2]
 CRDS = ROOT / "knative" / "crds"
@@ -242,24 +243,6 @@ def roundtrip(obj: Obj) -> Obj:
 
 def canonical(obj: Obj) -> str:
     return json.dumps(obj, sort_keys=True)
-
-
-def to_json_schema(node: Any) -> Any:
-    """Structural CRD schema -> JSON Schema (draft 2020-12) with pruning made strict."""
-    if isinstance(node, list):
-        return [to_json_schema(n) for n in node]
-    if not isinstance(node, dict):
-        return node
-    out = {k: to_json_schema(v) for k, v in node.items() if not k.startswith("x-kubernetes-")}
-    if node.get("x-kubernetes-int-or-string"):
-        out.pop("type", None)
-        out.setdefault("anyOf", [{"type": "integer"}, {"type": "string"}])
-    if out.pop("nullable", False) and "type" in out:
-        out["type"] = [out["type"], "null"]
-    opaque = node.get("x-kubernetes-preserve-unknown-fields") or "additionalProperties" in node
-    if node.get("type") == "object" and "properties" in node and not opaque:
-        out["additionalProperties"] = False
-    return out
 
 
 def crd_validator(file_name: str) -> jsonschema.Draft202012Validator:

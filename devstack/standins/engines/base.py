@@ -1,0 +1,541 @@
+"""Shared machinery of the engine stand-ins: HTTP server, adapter checks, replica state.
+
+One replica = one ``ThreadingHTTPServer`` bound to its own loopback address (127.0.0.x), speaking
+HTTP/1.1 with keep-alive, one daemon thread per connection. Engine-specific routes live in
+``vllm.py`` / ``sglang.py``; the ``/_devstack/`` admin API in ``admin.py``; faults in
+``faults.py``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import socket
+import struct
+import threading
+import time
+from collections import OrderedDict, deque
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from email.message import Message
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from socketserver import TCPServer
+from typing import Any, ClassVar
+
+from devstack.standins.engines.faults import Fault, FaultSet
+
+JSON = "application/json"
+
+
+@dataclass(frozen=True)
+class Response:
+    """An HTTP answer. ``content_type=None`` sends no Content-Type (Starlette ``Response``
+    without ``media_type``, as vLLM's plain-text success bodies)."""
+
+    status: int
+    body: bytes = b""
+    content_type: str | None = None
+
+    @classmethod
+    def json(cls, status: int, payload: Any) -> Response:
+        return cls(status, json.dumps(payload, separators=(",", ":")).encode(), JSON)
+
+
+class _Drop:
+    """Sentinel: close the connection without answering (TCP reset)."""
+
+
+DROP = _Drop()
+Answer = Response | _Drop
+
+NOT_FOUND = Response.json(404, {"detail": "Not Found"})  # FastAPI/Starlette default 404
+METHOD_NOT_ALLOWED = Response.json(405, {"detail": "Method Not Allowed"})
+
+
+# --------------------------------------------------------------------------------------------
+# Adapter checks
+# --------------------------------------------------------------------------------------------
+
+
+class AdapterNotFound(Exception):
+    """No ``adapter_config.json`` under the path (vLLM ``LoRAAdapterNotFoundError``)."""
+
+
+class AdapterInvalid(Exception):
+    """``adapter_config.json`` unreadable / not LoRA."""
+
+
+class AdapterRankTooHigh(Exception):
+    """``r`` above ``max_lora_rank``."""
+
+    def __init__(self, rank: int, max_rank: int) -> None:
+        super().__init__(f"rank {rank} > {max_rank}")
+        self.rank = rank
+        self.max_rank = max_rank
+
+
+@dataclass(frozen=True)
+class AdapterConfig:
+    rank: int
+    peft_type: str
+    raw: Mapping[str, Any]
+
+
+def check_adapter_dir(directory: Path | None, max_lora_rank: int) -> AdapterConfig:
+    """Read ``adapter_config.json`` as an engine would.
+
+    Mirrors vllm/lora/peft_helper.py ``PEFTHelper.from_local_dir`` (reads adapter_config.json,
+    FileNotFoundError -> LoRAAdapterNotFoundError in vllm/lora/worker_manager.py
+    ``WorkerLoRAManager._load_adapter``) and ``PEFTHelper.validate_legacy`` (rank check), and
+    sglang/srt/lora/lora_config.py ``LoRAConfig`` + lora_manager.py ``validate_new_adapter``.
+    ``peft_type`` must be ``LORA`` (PEFT's LoraConfig; other PEFT types are not LoRA weights).
+    """
+    if directory is None or not directory.is_dir():
+        raise AdapterNotFound()
+    cfg_path = directory / "adapter_config.json"
+    try:
+        text = cfg_path.read_text(encoding="utf-8")
+    except FileNotFoundError as exc:
+        raise AdapterNotFound() from exc
+    except OSError as exc:
+        raise AdapterInvalid(str(exc)) from exc
+    try:
+        raw = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise AdapterInvalid(f"adapter_config.json is not valid JSON: {exc}") from exc
+    if not isinstance(raw, dict):
+        raise AdapterInvalid("adapter_config.json is not a JSON object")
+    peft_type = raw.get("peft_type")
+    if str(peft_type).upper() != "LORA":
+        raise AdapterInvalid(f"peft_type {peft_type!r} is not supported, only 'LORA'")
+    rank = raw.get("r", 8)  # PEFT LoraConfig default r=8
+    if not isinstance(rank, int) or isinstance(rank, bool) or rank < 1:
+        raise AdapterInvalid(f"invalid LoRA rank {rank!r}")
+    if rank > max_lora_rank:
+        raise AdapterRankTooHigh(rank, max_lora_rank)
+    return AdapterConfig(rank=rank, peft_type="LORA", raw=raw)
+
+
+# --------------------------------------------------------------------------------------------
+# HTTP server
+# --------------------------------------------------------------------------------------------
+
+
+class _Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"  # keep-alive
+    server_version = "uvicorn"
+    sys_version = ""
+    disable_nagle_algorithm = True
+    timeout = 120  # idle keep-alive connections are closed after this
+
+    def log_message(self, format: str, *args: Any) -> None:
+        return
+
+    def _read_body(self) -> bytes:
+        if "chunked" in (self.headers.get("Transfer-Encoding") or "").lower():
+            chunks: list[bytes] = []
+            while True:
+                size = int(self.rfile.readline().split(b";")[0].strip() or b"0", 16)
+                if size == 0:
+                    while self.rfile.readline() not in (b"\r\n", b"\n", b""):
+                        pass
+                    return b"".join(chunks)
+                chunks.append(self.rfile.read(size))
+                self.rfile.readline()
+        length = int(self.headers.get("Content-Length") or 0)
+        return self.rfile.read(length) if length > 0 else b""
+
+    def _handle(self) -> None:
+        server: _Server = self.server  # type: ignore[assignment]
+        try:
+            body = self._read_body()
+        except ValueError:
+            self.send_error(400)
+            return
+        answer = server.replica.dispatch(self.command, self.path, self.headers, body)
+        if isinstance(answer, _Drop):
+            self._drop()
+            return
+        self.send_response_only(answer.status)
+        if answer.content_type is not None:
+            self.send_header("Content-Type", answer.content_type)
+        self.send_header("Content-Length", str(len(answer.body)))
+        self.end_headers()
+        if self.command != "HEAD":
+            self.wfile.write(answer.body)
+
+    def _drop(self) -> None:
+        self.close_connection = True
+        conn = self.connection
+        with contextlib.suppress(OSError):
+            conn.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            conn.shutdown(socket.SHUT_RDWR)
+
+    do_GET = _handle
+    do_POST = _handle
+    do_PUT = _handle
+    do_DELETE = _handle
+    do_PATCH = _handle
+    do_HEAD = _handle
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+    allow_reuse_address = True
+    request_queue_size = 256
+
+    def __init__(self, address: tuple[str, int], replica: EngineReplica) -> None:
+        self.replica = replica
+        self._conns: set[socket.socket] = set()
+        self._conns_lock = threading.Lock()
+        super().__init__(address, _Handler)
+
+    def server_bind(self) -> None:
+        # HTTPServer.server_bind calls socket.getfqdn() (a reverse DNS lookup): skip it.
+        TCPServer.server_bind(self)
+        host, port = self.server_address[:2]
+        self.server_name = str(host)
+        self.server_port = int(port)
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        with self._conns_lock:
+            self._conns.add(request)
+        super().process_request(request, client_address)
+
+    def shutdown_request(self, request: Any) -> None:
+        with self._conns_lock:
+            self._conns.discard(request)
+        super().shutdown_request(request)
+
+    def close_connections(self) -> None:
+        with self._conns_lock:
+            conns = list(self._conns)
+            self._conns.clear()
+        for conn in conns:
+            with contextlib.suppress(OSError):
+                conn.shutdown(socket.SHUT_RDWR)
+            with contextlib.suppress(OSError):
+                conn.close()
+
+
+# --------------------------------------------------------------------------------------------
+# Replica
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass
+class LoadedAdapter:
+    name: str
+    path: str  # engine-side path as given by the client (shown as `root` in /v1/models)
+    static: bool = False
+    pinned: bool = False
+
+
+@dataclass(frozen=True)
+class LoadInterval:
+    """One load call as seen by the replica (``time.monotonic()`` clock)."""
+
+    name: str
+    start: float
+    end: float
+    ok: bool
+
+
+class EngineReplica:
+    """Base class of an engine stand-in replica (see ``VllmReplica`` / ``SglangReplica``).
+
+    Subclasses implement ``route`` (engine routes) and ``error_answer`` (engine-shaped error).
+    State is guarded by ``self._lock``; per-adapter-name locks serialise operations on one name
+    (vllm/entrypoints/openai/models/serving.py ``OpenAIServingModels.lora_resolver_lock``)
+    while unrelated names overlap.
+    """
+
+    engine: ClassVar[str] = "engine"
+    #: settings ``POST /_devstack/config`` may change, with their types
+    CONFIGURABLE: ClassVar[dict[str, type]] = {
+        "load_latency_s": float,
+        "unload_latency_s": float,
+        "max_lora_rank": int,
+    }
+    poll_interval_s: ClassVar[float] = 0.05
+
+    def __init__(
+        self,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        served_model: str = "base-model",
+        mount_root: Path | str | None = None,
+        max_lora_rank: int = 64,
+        static_adapters: Mapping[str, str] | None = None,
+        load_latency_s: float = 0.0,
+        unload_latency_s: float = 0.0,
+        model_path: str | None = None,
+        engine_mount_prefix: str | None = None,
+        max_model_len: int = 4096,
+    ) -> None:
+        self.host = host
+        self.port = port
+        self.served_model = served_model
+        self.model_path = model_path or served_model
+        self.mount_root = Path(mount_root) if mount_root is not None else None
+        self.engine_mount_prefix = engine_mount_prefix.rstrip("/") if engine_mount_prefix else None
+        self.max_lora_rank = max_lora_rank
+        self.static_adapters: dict[str, str] = dict(static_adapters or {})
+        self.load_latency_s = load_latency_s
+        self.unload_latency_s = unload_latency_s
+        self.max_model_len = max_model_len
+        self.created = int(time.time())
+
+        self.faults = FaultSet()
+        self.restarts = 0
+        self.calls: dict[str, int] = {"load": 0, "unload": 0, "models": 0, "health": 0}
+        self.load_log: deque[LoadInterval] = deque(maxlen=10_000)
+
+        self._lock = threading.Lock()
+        self._name_locks: dict[str, threading.Lock] = {}
+        self._adapters: OrderedDict[str, LoadedAdapter] = OrderedDict()
+        self._generation = 0
+        self._unhealthy_until = 0.0
+        self._server: _Server | None = None
+        self._thread: threading.Thread | None = None
+        self._reset_adapters()
+
+    # ---- lifecycle ---------------------------------------------------------------------
+
+    def start(self) -> EngineReplica:
+        """Bind and serve (raises OSError if the address is taken). Returns self."""
+        if self._server is not None:
+            return self
+        server = _Server((self.host, self.port), self)
+        self.port = server.server_port
+        self._server = server
+        self._thread = threading.Thread(
+            target=server.serve_forever,
+            kwargs={"poll_interval": self.poll_interval_s},
+            name=f"{self.engine}@{self.host}:{self.port}",
+            daemon=True,
+        )
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        """Stop serving, reset open keep-alive connections, free the port."""
+        server, thread = self._server, self._thread
+        if server is None:
+            return
+        self._server = self._thread = None
+        server.shutdown()
+        server.server_close()
+        server.close_connections()
+        if thread is not None:
+            thread.join(timeout=5)
+
+    def __enter__(self) -> EngineReplica:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    @property
+    def running(self) -> bool:
+        return self._server is not None
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    def restart(self, unhealthy_for_s: float = 0.2) -> None:
+        """Simulate the engine container restarting (same pod IP, as in Kubernetes).
+
+        Every dynamically loaded adapter is forgotten, static ones (vLLM ``--lora-modules``,
+        SGLang ``--lora-paths``) come back; health answers 503 for ``unhealthy_for_s`` seconds;
+        loads in flight are lost (their connection is dropped). Returns immediately.
+        """
+        with self._lock:
+            self._generation += 1
+            self.restarts += 1
+            self._unhealthy_until = time.monotonic() + max(0.0, unhealthy_for_s)
+            self._reset_adapters()
+
+    def _reset_adapters(self) -> None:
+        self._adapters = OrderedDict(
+            (n, LoadedAdapter(n, p, static=True)) for n, p in self.static_adapters.items()
+        )
+
+    @property
+    def healthy(self) -> bool:
+        return time.monotonic() >= self._unhealthy_until
+
+    @property
+    def loaded(self) -> dict[str, str]:
+        with self._lock:
+            return {a.name: a.path for a in self._adapters.values()}
+
+    def adapters(self) -> list[LoadedAdapter]:
+        with self._lock:
+            return list(self._adapters.values())
+
+    # ---- faults & config ---------------------------------------------------------------
+
+    def inject(self, fault: Fault | None = None, **kwargs: Any) -> Fault:
+        """Add a fault: ``r.inject(status=500, times=3, routes=["load"])`` or a ``Fault``."""
+        return self.faults.add(fault if fault is not None else Fault(**kwargs))
+
+    def clear_faults(self) -> None:
+        self.faults.clear()
+
+    def configure(self, **settings: Any) -> None:
+        """Change settings listed in ``CONFIGURABLE`` (raises ValueError/TypeError)."""
+        for key, value in settings.items():
+            kind = self.CONFIGURABLE.get(key)
+            if kind is None:
+                raise ValueError(f"unknown setting {key!r}; known {sorted(self.CONFIGURABLE)}")
+            if kind is bool:
+                if not isinstance(value, bool):
+                    raise TypeError(f"{key} must be a boolean")
+            elif kind is int:
+                if not isinstance(value, int) or isinstance(value, bool):
+                    raise TypeError(f"{key} must be an integer")
+            elif kind is float:
+                if not isinstance(value, int | float) or isinstance(value, bool):
+                    raise TypeError(f"{key} must be a number")
+                value = float(value)
+            elif not isinstance(value, kind):
+                raise TypeError(f"{key} must be {kind.__name__}")
+            self._validate_setting(key, value)
+            setattr(self, key, value)
+
+    def _validate_setting(self, key: str, value: Any) -> None:
+        if key in ("load_latency_s", "unload_latency_s") and value < 0:
+            raise ValueError(f"{key} must be >= 0")
+
+    def config(self) -> dict[str, Any]:
+        return {key: getattr(self, key) for key in self.CONFIGURABLE}
+
+    def state(self) -> dict[str, Any]:
+        return {
+            "engine": self.engine,
+            "url": self.url,
+            "served_model": self.served_model,
+            "loaded": self.loaded,
+            "healthy": self.healthy,
+            "restarts": self.restarts,
+            "calls": dict(self.calls),
+            "faults": self.faults.snapshot(),
+            "config": self.config(),
+            "loads": [
+                {"name": i.name, "start": i.start, "end": i.end, "ok": i.ok} for i in list(self.load_log)
+            ],
+        }
+
+    # ---- request path ------------------------------------------------------------------
+
+    def dispatch(self, method: str, raw_path: str, headers: Message, body: bytes) -> Answer:
+        path = raw_path.split("?", 1)[0]
+        if path.startswith("/_devstack/"):
+            from devstack.standins.engines.admin import handle_admin
+
+            return handle_admin(self, method, path, body)
+        route = self.route_name(method, path)
+        if route is not None:
+            self.calls[route] = self.calls.get(route, 0) + 1  # GIL-atomic enough for counters
+            fault = self.faults.take(route)
+            if fault is not None:
+                answer = self._apply_fault(fault, route)
+                if answer is not None:
+                    return answer
+            if not self.healthy:
+                return self.unhealthy_answer(route)
+        return self.route(method, path, headers, body)
+
+    def _apply_fault(self, fault: Fault, route: str) -> Answer | None:
+        if fault.delay_s:
+            time.sleep(fault.delay_s)
+        if fault.refuse:
+            return DROP
+        if fault.restart_mid_load:
+            if self.load_latency_s:
+                time.sleep(self.load_latency_s / 2)
+            self.restart(fault.unhealthy_for_s)
+            if fault.status is None:
+                return DROP
+        if fault.status is not None:
+            return self.error_answer(route, fault.status, fault.message)
+        return None
+
+    def route_name(self, method: str, path: str) -> str | None:
+        """Counter/fault name of an engine route (``load``/``unload``/``models``/``health``)."""
+        raise NotImplementedError
+
+    def route(self, method: str, path: str, headers: Message, body: bytes) -> Answer:
+        raise NotImplementedError
+
+    def error_answer(self, route: str, status: int, message: str) -> Response:
+        """Engine-shaped error body for an injected ``status``."""
+        raise NotImplementedError
+
+    def unhealthy_answer(self, route: str) -> Response:
+        """Answer while the engine is (re)starting: 503 (health: empty body)."""
+        if route == "health":
+            return Response(503)
+        return self.error_answer(route, 503, "The engine is starting (devstack restart).")
+
+    # ---- helpers for subclasses --------------------------------------------------------
+
+    def resolve(self, lora_path: str) -> Path | None:
+        """Map an engine-side ``lora_path`` to a local directory (None if nothing there).
+
+        Absolute existing paths are used as-is; a path under ``engine_mount_prefix`` (e.g.
+        ``/mnt/seaweedfs``) is re-rooted at ``mount_root``; otherwise the path (leading ``/``
+        stripped) is looked up under ``mount_root``.
+        """
+        if not lora_path:
+            return None
+        p = Path(lora_path)
+        if p.is_absolute() and p.exists():
+            return p
+        if self.mount_root is None:
+            return None
+        prefix = self.engine_mount_prefix
+        if prefix and (lora_path == prefix or lora_path.startswith(prefix + "/")):
+            rel = lora_path[len(prefix) :].lstrip("/")
+        else:
+            rel = lora_path.lstrip("/")
+        candidate = self.mount_root / rel
+        return candidate if candidate.exists() else None
+
+    @contextlib.contextmanager
+    def name_lock(self, name: str) -> Iterator[None]:
+        with self._lock:
+            lock = self._name_locks.setdefault(name, threading.Lock())
+        with lock:
+            yield
+
+    def generation(self) -> int:
+        return self._generation
+
+    def simulate_load_latency(self, name: str) -> tuple[int, float]:
+        """Sleep ``load_latency_s`` (returns generation seen before and start time)."""
+        gen = self._generation
+        start = time.monotonic()
+        if self.load_latency_s > 0:
+            time.sleep(self.load_latency_s)
+        return gen, start
+
+    def record_load(self, name: str, start: float, ok: bool) -> None:
+        self.load_log.append(LoadInterval(name, start, time.monotonic(), ok))
+
+
+def parse_json_object(body: bytes) -> dict[str, Any] | None:
+    """Body as a JSON object, or None when it is not one."""
+    try:
+        data = json.loads(body or b"null")
+    except (ValueError, UnicodeDecodeError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def media_type(headers: Message) -> str:
+    """Media type of Content-Type, lower-cased, parameters stripped."""
+    return (headers.get("Content-Type") or "").split(";", 1)[0].strip().lower()

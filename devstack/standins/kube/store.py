@@ -1,0 +1,442 @@
+"""In-memory object storage with apiserver write semantics and a bounded watch history."""
+
+from __future__ import annotations
+
+import json
+import re
+import secrets
+import threading
+import uuid
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from devstack.standins.kube import errors
+from devstack.standins.kube.errors import Cause
+from devstack.standins.kube.resources import ResourceType
+from devstack.standins.kube.validation import process
+
+JSON = dict[str, Any]
+Key = tuple[str, str]
+
+_NAME = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+_NAME_MSG = (
+    "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, "
+    "'-' or '.', and must start and end with an alphanumeric character (e.g. "
+    "'example.com', regex used for validation is "
+    "'[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')"
+)
+_IMMUTABLE_META = (
+    "uid",
+    "creationTimestamp",
+    "generation",
+    "deletionTimestamp",
+    "deletionGracePeriodSeconds",
+    "name",
+    "namespace",
+)
+# etcd's default --max-request-bytes (DefaultMaxRequestBytes, etcd server/embed/config.go): a
+# larger write fails with `etcdserver: request is too large`, which kube-apiserver answers as a
+# plain 500 (https://github.com/kubernetes/kubernetes/issues/74600, .../issues/112152). Custom
+# resources are stored as JSON, so a CR body between this and the apiserver's 3 MiB body limit
+# gets past the apiserver and fails here.
+ETCD_MAX_REQUEST_BYTES = 1536 * 1024
+# Go's encoding/json escapes these inside strings (`\u003c`, `\u2028`, ...): the stored bytes grow.
+_GO_ESCAPED = {"<": 5, ">": 5, "&": 5, "\u2028": 3, "\u2029": 3}
+
+
+def now() -> str:
+    """RFC 3339 timestamp at second precision, as metav1.Time serialises."""
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def clone(obj: JSON) -> JSON:
+    """Deep copy via JSON (faster than copy.deepcopy for plain JSON trees)."""
+    result: JSON = json.loads(json.dumps(obj))
+    return result
+
+
+@dataclass(frozen=True)
+class WatchEvent:
+    """One entry of the watch history (the apiserver's watch cache)."""
+
+    rv: int
+    key: Key
+    type: str
+    obj: JSON
+    prev: JSON | None
+
+
+@dataclass(frozen=True)
+class WriteOptions:
+    """Per-request write options: `fieldValidation` and `dryRun`."""
+
+    field_validation: str = "Warn"
+    dry_run: bool = False
+
+
+def stored_size(obj: JSON) -> int:
+    """Bytes of obj as the apiserver hands a custom resource to etcd: Go encoding/json (compact,
+    UTF-8, HTML-escaped) plus the newline json.Encoder appends (apimachinery
+    runtime/serializer/json/json.go), without metadata.resourceVersion, which etcd3's store
+    clears before writing. Approximations: built-in types are stored as protobuf upstream (a
+    little smaller), and etcd measures its whole raft request, which adds the key and a
+    transaction envelope of a few hundred bytes; only the object is counted here."""
+    meta = {k: v for k, v in obj.get("metadata", {}).items() if k != "resourceVersion"}
+    text = json.dumps({**obj, "metadata": meta}, separators=(",", ":"), ensure_ascii=False)
+    escapes = sum(grow * text.count(char) for char, grow in _GO_ESCAPED.items())
+    return len(text.encode("utf-8", "surrogatepass")) + escapes + 1
+
+
+def _spec_part(obj: JSON) -> JSON:
+    return {k: v for k, v in obj.items() if k not in ("metadata", "status", "apiVersion", "kind")}
+
+
+def _meta(obj: JSON) -> JSON:
+    meta: JSON = obj.setdefault("metadata", {})
+    return meta
+
+
+class Store:
+    """Objects by resource, one global resourceVersion counter, and watch notification."""
+
+    def __init__(self, history: int = 10000, max_request_bytes: int = ETCD_MAX_REQUEST_BYTES) -> None:
+        self.cond = threading.Condition(threading.RLock())
+        self.max_request_bytes = max_request_bytes  # etcd's --max-request-bytes; tests lower it
+        self._objects: dict[Key, dict[Key, JSON]] = {}
+        self._rv = 0
+        self._history: deque[WatchEvent] = deque(maxlen=history)
+        self.closed = False
+        self.warnings: threading.local = threading.local()
+
+    # ------------------------------------------------------------ reads
+
+    @property
+    def resource_version(self) -> int:
+        return self._rv
+
+    def get(self, rtype: ResourceType, namespace: str, name: str) -> JSON:
+        with self.cond:
+            obj = self._objects.get(rtype.key, {}).get((namespace, name))
+        if obj is None:
+            raise errors.not_found(rtype.group, rtype.plural, name)
+        return obj
+
+    def list_objects(self, rtype: ResourceType, namespace: str | None) -> tuple[list[JSON], int]:
+        """Objects sorted by (namespace, name), like etcd key order, and the list RV."""
+        with self.cond:
+            bucket = self._objects.get(rtype.key, {})
+            keys = sorted(k for k in bucket if namespace is None or k[0] == namespace)
+            return [bucket[k] for k in keys], self._rv
+
+    def namespace_exists(self, name: str) -> bool:
+        with self.cond:
+            return ("", name) in self._objects.get(("", "namespaces"), {})
+
+    def events_after(self, rv: int) -> list[WatchEvent] | None:
+        """History entries newer than rv; None when rv is older than the history keeps."""
+        with self.cond:
+            if self._history and self._history.maxlen == len(self._history) and rv < self._history[0].rv - 1:
+                return None
+            newer: list[WatchEvent] = []
+            for event in reversed(self._history):
+                if event.rv <= rv:
+                    break
+                newer.append(event)
+            newer.reverse()
+            return newer
+
+    def oldest_rv(self) -> int:
+        with self.cond:
+            return self._history[0].rv if self._history else self._rv
+
+    # ------------------------------------------------------------ commits
+
+    def _commit(self, key: Key, obj: JSON, event_type: str, prev: JSON | None) -> JSON:
+        """The etcd write: refused before anything changes (no new resourceVersion, no watch
+        event) when the object is over etcd's request limit. A delete sends only the key."""
+        if event_type != "DELETED" and stored_size(obj) > self.max_request_bytes:
+            raise errors.etcd_request_too_large()
+        self._rv += 1
+        meta = _meta(obj)
+        meta["resourceVersion"] = str(self._rv)
+        obj_key = (meta.get("namespace", ""), meta["name"])
+        bucket = self._objects.setdefault(key, {})
+        if event_type == "DELETED":
+            bucket.pop(obj_key, None)
+        else:
+            bucket[obj_key] = obj
+        self._history.append(WatchEvent(self._rv, key, event_type, obj, prev))
+        self.cond.notify_all()
+        return obj
+
+    def close(self) -> None:
+        with self.cond:
+            self.closed = True
+            self.cond.notify_all()
+
+    # ------------------------------------------------------------ create
+
+    def create(self, rtype: ResourceType, namespace: str, body: JSON, options: WriteOptions) -> JSON:
+        """registry.Store.Create: uid, creationTimestamp, generation 1, a new resourceVersion;
+        `.status` dropped when the status subresource is enabled (CRD API doc)."""
+        obj = clone(body)
+        obj["apiVersion"], obj["kind"] = rtype.api_version, rtype.kind
+        meta = _meta(obj)
+        self._check_namespace(rtype, namespace, meta)
+        self._assign_name(rtype, meta)
+        if rtype.status_subresource:
+            obj.pop("status", None)
+        if rtype.plural == "pods" and rtype.group == "":
+            obj["status"] = {"phase": "Pending", "qosClass": "BestEffort"}
+        if rtype.plural == "namespaces" and rtype.group == "":
+            obj["status"] = {"phase": "Active"}
+        for field in ("uid", "resourceVersion", "deletionTimestamp", "deletionGracePeriodSeconds"):
+            meta.pop(field, None)
+        self._admit(rtype, obj, None, options)
+        with self.cond:
+            if (meta.get("namespace", ""), meta["name"]) in self._objects.get(rtype.key, {}):
+                raise errors.already_exists(rtype.group, rtype.plural, meta["name"])
+            meta.update(uid=str(uuid.uuid4()), creationTimestamp=now(), generation=1)
+            if options.dry_run:
+                return obj
+            return self._commit(rtype.key, obj, "ADDED", None)
+
+    def _check_namespace(self, rtype: ResourceType, namespace: str, meta: JSON) -> None:
+        if not rtype.namespaced:
+            meta.pop("namespace", None)
+            return
+        if meta.get("namespace", namespace) != namespace:
+            raise errors.bad_request(
+                "the namespace of the provided object does not match the namespace sent on the request"
+            )
+        meta["namespace"] = namespace
+        if not self.namespace_exists(namespace):
+            raise errors.not_found("", "namespaces", namespace)
+
+    def _assign_name(self, rtype: ResourceType, meta: JSON) -> None:
+        if not meta.get("name") and meta.get("generateName"):
+            meta["name"] = meta["generateName"] + secrets.token_hex(3)[:5]
+        if not meta.get("name"):
+            raise errors.invalid(
+                rtype.kind,
+                rtype.group,
+                "",
+                [
+                    Cause(
+                        "FieldValueRequired",
+                        "Required value: name or generateName is required",
+                        "metadata.name",
+                    )
+                ],
+            )
+
+    # ------------------------------------------------------------ admission
+
+    def _admit(self, rtype: ResourceType, obj: JSON, old: JSON | None, options: WriteOptions) -> None:
+        """Name validation, CRD structural schema (prune, default, validate, CEL), Pod basics."""
+        name = _meta(obj)["name"]
+        causes: list[Cause] = []
+        if old is None and (len(name) > 253 or not _NAME.match(name)):
+            causes.append(
+                Cause("FieldValueInvalid", f'Invalid value: "{name}": {_NAME_MSG}', "metadata.name")
+            )
+        if rtype.schema is not None:
+            pruned, schema_causes = process(obj, rtype.schema, old)
+            causes += schema_causes
+            self._unknown_fields(pruned, options)
+        if (
+            rtype.plural == "pods"
+            and rtype.group == ""
+            and not _spec_part(obj).get("spec", {}).get("containers")
+        ):
+            causes.append(Cause("FieldValueRequired", "Required value", "spec.containers"))
+        if causes:
+            raise errors.invalid(rtype.kind, rtype.group, name, causes)
+
+    def _unknown_fields(self, pruned: list[str], options: WriteOptions) -> None:
+        """fieldValidation=Strict: unknown fields -> 400 `strict decoding error`; Warn -> header."""
+        if not pruned or options.field_validation == "Ignore":
+            return
+        texts = [f'unknown field "{path}"' for path in pruned]
+        if options.field_validation == "Strict":
+            raise errors.bad_request("strict decoding error: " + ", ".join(texts))
+        self.warnings.items = [*getattr(self.warnings, "items", []), *texts]
+
+    # ------------------------------------------------------------ update
+
+    def update(
+        self,
+        rtype: ResourceType,
+        namespace: str,
+        name: str,
+        candidate: JSON,
+        subresource: str,
+        options: WriteOptions,
+        require_rv: bool,
+    ) -> JSON:
+        """registry.Store.Update under the store lock (optimistic concurrency on RV)."""
+        with self.cond:
+            current = self.get(rtype, namespace, name)
+            return self._update(rtype, current, clone(candidate), subresource, options, require_rv)
+
+    def mutate(
+        self,
+        rtype: ResourceType,
+        namespace: str,
+        name: str,
+        change: Callable[[JSON], JSON],
+        subresource: str,
+        options: WriteOptions,
+    ) -> JSON:
+        """Read-modify-write (PATCH): change(current copy) -> candidate, then update."""
+        with self.cond:
+            current = self.get(rtype, namespace, name)
+            candidate = change(clone(current))
+            return self._update(rtype, current, candidate, subresource, options, False)
+
+    def _update(
+        self,
+        rtype: ResourceType,
+        current: JSON,
+        candidate: JSON,
+        subresource: str,
+        options: WriteOptions,
+        require_rv: bool,
+    ) -> JSON:
+        cur_meta, cand_meta = current["metadata"], _meta(candidate)
+        name = cur_meta["name"]
+        self._precondition(rtype, cur_meta, cand_meta, require_rv)
+        if cand_meta.get("name", name) != name:
+            raise errors.bad_request(
+                f"the name of the object ({cand_meta.get('name')}) does not "
+                f"match the name on the URL ({name})"
+            )
+        merged = self._merge(rtype, current, candidate, subresource)
+        self._admit(rtype, merged, current, options)
+        self._check_finalizers(rtype, current, merged)
+        if _spec_part(merged) != _spec_part(current):
+            merged["metadata"]["generation"] = int(cur_meta.get("generation", 1)) + 1
+        merged["metadata"]["resourceVersion"] = cur_meta["resourceVersion"]
+        if merged == current or options.dry_run:
+            return current if merged == current else merged
+        if merged["metadata"].get("deletionTimestamp") and not merged["metadata"].get("finalizers"):
+            return self._commit(rtype.key, merged, "DELETED", current)
+        return self._commit(rtype.key, merged, "MODIFIED", current)
+
+    def _precondition(self, rtype: ResourceType, cur_meta: JSON, cand_meta: JSON, require_rv: bool) -> None:
+        """A stale metadata.resourceVersion in a PUT or patch body -> 409 Conflict; CRs reject
+        an unconditional PUT (`must be specified for an update`) as apiextensions does."""
+        wanted = cand_meta.get("resourceVersion")
+        if not wanted and require_rv and not rtype.builtin:
+            raise errors.invalid(
+                rtype.kind,
+                rtype.group,
+                cur_meta["name"],
+                [
+                    Cause(
+                        "FieldValueInvalid",
+                        "Invalid value: 0x0: must be specified for an update",
+                        "metadata.resourceVersion",
+                    )
+                ],
+            )
+        if wanted and wanted != cur_meta["resourceVersion"]:
+            raise errors.conflict(rtype.group, rtype.plural, cur_meta["name"])
+
+    @staticmethod
+    def _merge(rtype: ResourceType, current: JSON, candidate: JSON, subresource: str) -> JSON:
+        """Status subresource rules (CRD API doc): `/status` writes change only .status;
+        main-resource writes keep the current .status; immutable metadata is kept."""
+        if subresource == "status":
+            merged = clone(current)
+            if "status" in candidate:
+                merged["status"] = candidate["status"]
+            else:
+                merged.pop("status", None)
+            return merged
+        merged = candidate
+        merged["apiVersion"], merged["kind"] = rtype.api_version, rtype.kind
+        if rtype.status_subresource:
+            if "status" in current:
+                merged["status"] = current["status"]
+            else:
+                merged.pop("status", None)
+        meta = merged["metadata"]
+        for field in _IMMUTABLE_META:
+            if field in current["metadata"]:
+                meta[field] = current["metadata"][field]
+            else:
+                meta.pop(field, None)
+        return merged
+
+    @staticmethod
+    def _check_finalizers(rtype: ResourceType, current: JSON, merged: JSON) -> None:
+        """apiserver: `no new finalizers can be added if the object is being deleted`."""
+        if not current["metadata"].get("deletionTimestamp"):
+            return
+        old = set(current["metadata"].get("finalizers") or [])
+        new = [f for f in merged["metadata"].get("finalizers") or [] if f not in old]
+        if new:
+            shown = ", ".join(json.dumps(f) for f in new)
+            raise errors.invalid(
+                rtype.kind,
+                rtype.group,
+                current["metadata"]["name"],
+                [
+                    Cause(
+                        "FieldValueForbidden",
+                        "Forbidden: no new finalizers can be added if the object "
+                        f"is being deleted, found new finalizers []string{{{shown}}}",
+                        "metadata.finalizers",
+                    )
+                ],
+            )
+
+    # ------------------------------------------------------------ delete
+
+    def delete(
+        self, rtype: ResourceType, namespace: str, name: str, preconditions: JSON, dry_run: bool = False
+    ) -> JSON:
+        """registry.Store.Delete: with finalizers, set deletionTimestamp and
+        deletionGracePeriodSeconds=0 (MODIFIED) and keep the object; else remove it (DELETED)."""
+        with self.cond:
+            current = self.get(rtype, namespace, name)
+            self._delete_preconditions(rtype, current, preconditions)
+            if dry_run:
+                return current
+            if current["metadata"].get("finalizers"):
+                if current["metadata"].get("deletionTimestamp"):
+                    return current
+                marked = clone(current)
+                marked["metadata"].update(deletionTimestamp=now(), deletionGracePeriodSeconds=0)
+                return self._commit(rtype.key, marked, "MODIFIED", current)
+            if rtype.group == "" and rtype.plural == "namespaces":
+                self._delete_namespace_content(name)
+            return self._commit(rtype.key, clone(current), "DELETED", current)
+
+    @staticmethod
+    def _delete_preconditions(rtype: ResourceType, current: JSON, preconditions: JSON) -> None:
+        meta = current["metadata"]
+        for field, label in (("uid", "UID"), ("resourceVersion", "ResourceVersion")):
+            wanted = preconditions.get(field)
+            if wanted and wanted != meta[field]:
+                raise errors.conflict(
+                    rtype.group,
+                    rtype.plural,
+                    meta["name"],
+                    (
+                        f"Precondition failed: {label} in precondition: {wanted}, {label} in object "
+                        f"meta: {meta[field]}"
+                    ),
+                )
+
+    def _delete_namespace_content(self, namespace: str) -> None:
+        """Namespace deletion removes the namespace's objects (the namespace controller's job)."""
+        for key, bucket in list(self._objects.items()):
+            for obj_key, obj in list(bucket.items()):
+                if obj_key[0] != namespace:
+                    continue
+                self._commit(key, clone(obj), "DELETED", obj)

@@ -1,0 +1,228 @@
+"""A testbed: the stand-ins and every function served over real HTTP, in this process.
+
+What the function and reliability tests (the `world` fixture of tests/conftest.py) and the
+benchmarks (bench/world.py) stand on: the Kubernetes API stand-in with our CRDs and RBAC (the
+functions use the ServiceAccount's token), the filer stand-in (its data directory is the
+functions' mount root), an event sink as the broker URL, the workload stand-in with engine
+replicas, and each function served by functions-framework. The functions read their
+configuration from the environment, which `testbed()` sets for its lifetime and restores
+afterwards.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+import secrets
+import tempfile
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar
+
+import httpx
+from cloudevents.conversion import to_binary, to_structured
+from cloudevents.http import CloudEvent
+from kubernetes import client, config
+
+from devstack.eventing.sink import EventSink
+from devstack.functions_host import FUNCTIONS, FunctionHost
+from devstack.standins.filer import FilerServer
+from devstack.standins.kube import KubeServer
+from devstack.workload import Workload
+from events.domain import AdapterRef
+from functions._edge import reset_deps
+from functions.resources.kinds import VLLM_ADAPTER, Kind
+
+ROOT = Path(__file__).resolve().parents[2]
+FUNCTIONS_USER = "system:serviceaccount:loraflow:loraflow-functions"
+T = TypeVar("T", bound="Testbed")
+READY = {
+    "type": "Ready",
+    "status": "True",
+    "reason": "IntegrityVerified",
+    "message": "ok",
+    "lastTransitionTime": "2026-01-01T00:00:00Z",
+}
+"""The Ready condition verify writes once every declared file matched."""
+
+
+@dataclass
+class Testbed:
+    __test__ = False  # a fixture's type, not a test class pytest should collect
+
+    kube: KubeServer
+    filer: FilerServer
+    sink: EventSink
+    workload: Workload
+    host: FunctionHost
+    api: client.ApiClient
+    data_dir: Path
+    http: httpx.Client = field(default_factory=lambda: httpx.Client(timeout=30))
+
+    @property
+    def custom(self) -> client.CustomObjectsApi:
+        return client.CustomObjectsApi(self.api)
+
+    @property
+    def core(self) -> client.CoreV1Api:
+        return client.CoreV1Api(self.api)
+
+    # -- Kubernetes ------------------------------------------------------------------------------
+    def namespace(self) -> str:
+        name = f"t-{secrets.token_hex(4)}"
+        self.core.create_namespace({"metadata": {"name": name}})
+        return name
+
+    def create(self, kind: Kind, namespace: str, body: dict[str, Any]) -> dict[str, Any]:
+        body = {"apiVersion": kind.api_version, "kind": kind.kind, **body}
+        body.setdefault("metadata", {})["namespace"] = namespace
+        created: dict[str, Any] = self.custom.create_namespaced_custom_object(
+            kind.group, kind.version, namespace, kind.plural, body
+        )
+        return created
+
+    def get(self, kind: Kind, namespace: str, name: str) -> dict[str, Any] | None:
+        try:
+            found: dict[str, Any] = self.custom.get_namespaced_custom_object(
+                kind.group, kind.version, namespace, kind.plural, name
+            )
+        except client.ApiException as err:
+            if err.status == 404:
+                return None
+            raise
+        return found
+
+    def patch(self, kind: Kind, namespace: str, name: str, body: dict[str, Any]) -> dict[str, Any]:
+        patched: dict[str, Any] = self.custom.patch_namespaced_custom_object(
+            kind.group,
+            kind.version,
+            namespace,
+            kind.plural,
+            name,
+            body,
+            _content_type="application/merge-patch+json",
+        )
+        return patched
+
+    def mark_ready(self, namespace: str, name: str, storage_dir: str) -> None:
+        """Give a seed-1 adapter the status admit and verify leave once its files matched."""
+        status = {"observedGeneration": 1, "conditions": [READY], "storageRef": {"path": storage_dir}}
+        self.custom.patch_namespaced_custom_object_status(
+            VLLM_ADAPTER.group,
+            VLLM_ADAPTER.version,
+            namespace,
+            VLLM_ADAPTER.plural,
+            name,
+            {"status": status},
+            _content_type="application/merge-patch+json",
+        )
+
+    # -- storage -------------------------------------------------------------------------------
+    def upload(self, path: str, content: bytes) -> str:
+        """PUT a file to the filer stand-in (fires its notifications); returns the hex MD5."""
+        response = self.http.put(self.filer.url + path, content=content)
+        response.raise_for_status()
+        return hashlib.md5(content, usedforsecurity=False).hexdigest()
+
+    # -- events ----------------------------------------------------------------------------------
+    def post(self, function: str, event: CloudEvent, structured: bool = False) -> httpx.Response:
+        headers, body = (to_structured if structured else to_binary)(event)
+        return self.http.post(self.host.urls[function], headers=headers, content=body)
+
+    @staticmethod
+    def event(type_: str, data: Any, subject: str | None = None, **extensions: str) -> CloudEvent:
+        attributes = {"type": type_, "source": "/tests", "id": secrets.token_hex(8), **extensions}
+        if subject:
+            attributes["subject"] = subject
+        return CloudEvent(attributes, data)
+
+    @staticmethod
+    def apiserver_event(verb: str, obj: dict[str, Any]) -> CloudEvent:
+        """What ApiServerSource (mode Resource) sends for `obj` (events.go, delegate.go)."""
+        meta = obj["metadata"]
+        api_version = obj["apiVersion"]
+        plural = obj["kind"].lower() + "s"
+        prefix = "/api" if "/" not in api_version else "/apis"
+        return CloudEvent(
+            {
+                "type": f"dev.knative.apiserver.resource.{verb}",
+                "source": "https://127.0.0.1:6443",
+                "id": secrets.token_hex(8),
+                "subject": f"{prefix}/{api_version}/namespaces/{meta['namespace']}/{plural}/{meta['name']}",
+                "kind": obj["kind"],
+                "apiversion": api_version,
+                "name": meta["name"],
+                "namespace": meta["namespace"],
+                "datacontenttype": "application/json",
+            },
+            obj,
+        )
+
+    @staticmethod
+    def adapter_data(kind: Kind, namespace: str, name: str, **extra: Any) -> dict[str, Any]:
+        ref = AdapterRef.parse({"apiVersion": kind.api_version, "namespace": namespace, "name": name})
+        return {"adapter": ref.to_json(), **extra}
+
+    @contextlib.contextmanager
+    def settings(self, **env: str) -> Iterator[None]:
+        """Run with extra LORAFLOW_* settings; the functions rebuild their clients around it."""
+        with environment(**env):
+            yield
+
+
+@contextlib.contextmanager
+def environment(**values: str) -> Iterator[None]:
+    """Set environment variables for a block; the functions rebuild their clients around it."""
+    saved = {key: os.environ.get(key) for key in values}
+    os.environ.update(values)
+    reset_deps()
+    try:
+        yield
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+        reset_deps()
+
+
+@contextlib.contextmanager
+def testbed(
+    cls: type[T], functions: bool = True, engine_timeout: float = 2.0, **engine_defaults: Any
+) -> Iterator[T]:
+    """Start the stand-ins (and every function unless `functions=False`); stop them on exit."""
+    with tempfile.TemporaryDirectory(prefix="loraflow-testbed-") as tmp:
+        base = Path(tmp)
+        data_dir = base / "filer"
+        data_dir.mkdir()
+        kube = KubeServer(crd_dir=ROOT / "knative" / "crds", rbac_dir=ROOT / "knative" / "rbac").start()
+        filer = FilerServer(data_dir=data_dir).start()
+        sink = EventSink().start()
+        admin_config = kube.write_kubeconfig(base / "admin.kubeconfig", kube.admin_token)
+        functions_config = kube.write_kubeconfig(
+            base / "functions.kubeconfig", kube.issue_token(FUNCTIONS_USER)
+        )
+        settings = {
+            "KUBECONFIG": str(functions_config),
+            "LORAFLOW_FILER_URL": filer.url,
+            "LORAFLOW_MOUNT_ROOT": str(data_dir),
+            "LORAFLOW_ENGINE_TIMEOUT": str(engine_timeout),
+            "LORAFLOW_BROKER_URL": sink.url,
+        }
+        api = config.new_client_from_config(str(admin_config))
+        workload = Workload(api, mount_root=data_dir, **engine_defaults)
+        host = FunctionHost(FUNCTIONS if functions else ())
+        try:
+            with environment(**settings):
+                host.start()
+                yield cls(kube, filer, sink, workload, host, api, data_dir)
+        finally:
+            host.stop()
+            workload.stop()
+            sink.stop()
+            filer.stop()
+            kube.stop()
+            api.close()
