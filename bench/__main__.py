@@ -31,9 +31,10 @@ BENCHMARKS: dict[str, int] = {
     "storage_scale": 6,
     "md5_stream": 7,
     "resync_scale": 8,
-    "cli_help": 10,
+    "models": 10,
+    "cli_help": 12,
 }
-OPTIONAL = {"upload_latency": 1, "throughput": 9}
+OPTIONAL = {"upload_latency": 1, "throughput": 9, "pipeline_cold": 11}
 """Need the embedded stack (devstack.stack); run when their module exists."""
 
 

@@ -1,4 +1,4 @@
-"""10. `loraflow --help`: the installed console script, process start to exit, against the bare
+"""12. `loraflow --help`: the installed console script, process start to exit, against the bare
 interpreter (`python -c pass`) launched just before each run.
 
 The CLI imports each command's libraries when the command runs (loraflow/cli.py): help is

@@ -25,6 +25,7 @@ import contextlib
 import hashlib
 import json
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -132,18 +133,26 @@ def _create_adapter(stack: Stack, name: str, md5s: dict[str, str]) -> None:
     )
 
 
-def _measure_one(stack: Stack, probe: Probe, name: str) -> tuple[float, float]:
-    """(seconds to Ready, seconds to Ready and loaded everywhere) from the last file's write."""
+def _measure_one(
+    stack: Stack,
+    probe: Probe,
+    name: str,
+    before_last: Callable[[], object] = lambda: None,
+    timeout: float = 30,
+) -> tuple[float, float]:
+    """(seconds to Ready, seconds to Ready and loaded everywhere) from the last file's write;
+    `before_last` runs once the stack has settled on the first file, just before the clock starts."""
     files = _files(name)
     _create_adapter(stack, name, _md5s(files))
     first, last = list(files.items())
     stack.filer.put_file(*first)
     stack.settle(timeout=20, quiet=0.2)
     assert probe.conditions(name).get("Ready") != "True"
+    before_last()
     ready_at: list[float] = []
     started = time.perf_counter()
     stack.filer.put_file(*last)
-    deadline = started + 30
+    deadline = started + timeout
     while True:
         conditions = probe.conditions(name)
         if not ready_at and conditions.get("Ready") == "True":
@@ -152,7 +161,7 @@ def _measure_one(stack: Stack, probe: Probe, name: str) -> tuple[float, float]:
             done = time.perf_counter()
             break
         if time.perf_counter() > deadline:
-            raise AssertionError(f"{name}: not served after 30 s: {conditions}")
+            raise AssertionError(f"{name}: not served after {timeout:.0f} s: {conditions}")
         time.sleep(0.001)
     stack.settle(timeout=20, quiet=0.2)
     return (ready_at[0] if ready_at else done) - started, done - started

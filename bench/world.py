@@ -270,7 +270,7 @@ def _children(pid: int) -> list[int]:
     return found
 
 
-def _descendants(pid: int) -> list[int]:
+def descendants(pid: int) -> list[int]:
     found: list[int] = []
     todo = _children(pid)
     while todo:
@@ -293,7 +293,7 @@ def kill_tree(process: Any) -> None:
     """SIGKILL a spawned process and its descendants (gunicorn's workers), and reap them all
     (the workers are ours to reap after `adopt_orphans`). The arbiter goes first, so that it
     cannot fork a new worker for one that died."""
-    found = _descendants(process.pid)
+    found = descendants(process.pid)
     with contextlib.suppress(ProcessLookupError):
         process.kill()
     process.wait(10)
@@ -310,6 +310,6 @@ def peak_rss_mib(pid: int) -> float:
     `python -m functions_framework` serves through gunicorn when it is installed: the process
     we spawned is the arbiter and the requests are handled by a forked worker, whose peak is
     the one that matters (the arbiter's alone stays at its start-up size)."""
-    peaks = [_hwm_mib(p) for p in [pid, *_descendants(pid)]]
+    peaks = [_hwm_mib(p) for p in [pid, *descendants(pid)]]
     finite = [p for p in peaks if p == p]
     return max(finite) if finite else float("nan")

@@ -206,13 +206,16 @@ class Stack:
         )
         self._on_stop(self.broker.stop, tier=1)
         self._set_env(self._function_env())
-        self.functions: FunctionHost | ProcessFunctionHost = (
-            ProcessFunctionHost(log_dir=self.base / "functions").start()
-            if self.function_processes
-            else FunctionHost().start()
-        )
+        self.functions: FunctionHost | ProcessFunctionHost = self._function_host().start()
         self._on_stop(self.functions.stop, tier=1)
         self.broker.start()
+
+    def _function_host(self) -> FunctionHost | ProcessFunctionHost:
+        """Where the functions run (not started yet). A subclass may put them elsewhere:
+        bench/activator.py starts each process on its first request, as a Service scaled to zero."""
+        if self.function_processes:
+            return ProcessFunctionHost(log_dir=self.base / "functions")
+        return FunctionHost()
 
     def _function_env(self) -> dict[str, str]:
         """docs/contracts.md's configuration table, pointed at the stand-ins."""

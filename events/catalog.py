@@ -10,9 +10,9 @@ import json
 from pathlib import Path
 from typing import Literal, NamedTuple
 
+from pydantic import BaseModel
+
 from events import domain, external
-from events.json_schema import json_schema
-from events.records import Record
 from events.schema_urls import schema_url, slug
 
 HERE = Path(__file__).parent
@@ -27,7 +27,7 @@ class EventType(NamedTuple):
     than a frozen dataclass)."""
 
     type: str
-    payload: builtins.type[Record]
+    payload: builtins.type[BaseModel]
     direction: Direction
     emitted_by: str
     summary: str
@@ -38,8 +38,9 @@ class EventType(NamedTuple):
         return slug(self.type)
 
     def schema(self) -> dict[str, object]:
-        """The JSON Schema, identified by the URI it is published at by default (`dataschema`)."""
-        return {"$id": schema_url(self.type), **json_schema(self.payload)}
+        """The payload's JSON Schema as pydantic generates it (validation mode: what it accepts),
+        identified by the URI it is published at by default (the events' `dataschema`)."""
+        return {"$id": schema_url(self.type), **self.payload.model_json_schema()}
 
 
 CATALOG: tuple[EventType, ...] = (

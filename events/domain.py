@@ -1,13 +1,23 @@
 """Payloads of the CloudEvents loraflow emits: the public contract pipelines compose from.
 
 Each type is versioned in its name; a breaking change is a new `.v2` type, never an edit.
+The payloads are pydantic models, importable without anything of the functions:
+
+    from events.domain import ADAPTER_READY, AdapterReady
+
+    ready = AdapterReady.model_validate(event.data)       # or model_validate_json(body)
+    data = ready.model_dump(mode="json", exclude_none=True)  # the wire form our steps send
+    schema = AdapterReady.model_json_schema()              # = events/schemas/<type>.json
 """
 
 from __future__ import annotations
 
 from typing import Literal
 
-from events.records import Record, field
+from pydantic import ConfigDict, Field
+from pydantic.alias_generators import to_camel
+
+from events.base import Model
 
 PREFIX = "io.loraflow"
 
@@ -30,41 +40,51 @@ NAME_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)
 LABEL_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
 
 
-class Payload(Record):
-    """Immutable; an unknown key is an error (a typo must not pass as an optional field)."""
+class Payload(Model):
+    """Base of every payload: an immutable value (hashable when its fields are), camelCase on the
+    wire (Python names accepted too), JSON's types taken strictly ("1" is not 1, 1 is not true,
+    1.0 is not 1), and an unknown key is an error (a typo must not pass as an optional field)."""
 
-    hashable = True
-    extra = "forbid"
+    model_config = ConfigDict(
+        frozen=True,
+        extra="forbid",
+        strict=True,
+        alias_generator=to_camel,
+        validate_by_name=True,
+        validate_by_alias=True,
+        serialize_by_alias=True,
+        # Validators are built on a model's first use, not at import: a step's cold start pays
+        # only for the payloads its events carry.
+        defer_build=True,
+    )
 
 
 class AdapterRef(Payload):
     """Which LoRAAdapter an event is about; the handler re-reads it (the event is a nudge)."""
 
-    api_version: Literal["rackai.rackspace.com/v1alpha1", "inference.rackai.rackspace.com/v1alpha1"] = field(
-        alias="apiVersion"
-    )
-    namespace: str = field(pattern=LABEL_PATTERN, max_length=63)
-    name: str = field(pattern=NAME_PATTERN, max_length=253)
+    api_version: Literal["rackai.rackspace.com/v1alpha1", "inference.rackai.rackspace.com/v1alpha1"]
+    namespace: str = Field(pattern=LABEL_PATTERN, max_length=63)
+    name: str = Field(pattern=NAME_PATTERN, max_length=253)
 
 
 class FileChanged(Payload):
     """A file under /loraadapters/ was created, updated, deleted or renamed in storage."""
 
-    path: str = field(pattern=r"^/loraadapters/", max_length=4096)
-    event_type: Literal["create", "update", "delete", "rename"] = field(alias="eventType")
-    new_path: str | None = field(default=None, alias="newPath", max_length=4096)
-    size: int | None = field(default=None, ge=0)
-    md5: str | None = field(default=None, pattern=r"^[0-9a-f]{32}$")
+    path: str = Field(pattern=r"^/loraadapters/", max_length=4096)
+    event_type: Literal["create", "update", "delete", "rename"]
+    new_path: str | None = Field(default=None, max_length=4096)
+    size: int | None = Field(default=None, ge=0)
+    md5: str | None = Field(default=None, pattern=r"^[0-9a-f]{32}$")
 
 
 class AdapterAdmitted(Payload):
     adapter: AdapterRef
-    generation: int = field(ge=0)
+    generation: int = Field(ge=0)
 
 
 class AdapterStatCompleted(Payload):
     adapter: AdapterRef
-    files: int = field(ge=0)
+    files: int = Field(ge=0)
     size: str
 
 
@@ -87,7 +107,7 @@ class PodFailure(Payload):
 class AdapterLoaded(Payload):
     adapter: AdapterRef
     pods: list[str]
-    failed: list[PodFailure] = field(default_factory=list)
+    failed: list[PodFailure] = Field(default_factory=list)
 
 
 class AdapterUnloaded(Payload):
@@ -100,7 +120,7 @@ class PodReloaded(Payload):
     namespace: str
     pod: str
     adapters: list[str]
-    failed: list[PodFailure] = field(default_factory=list)
+    failed: list[PodFailure] = Field(default_factory=list)
 
 
 class AdapterDrifted(Payload):

@@ -1,10 +1,15 @@
-"""CloudEvent types loraflow consumes from sources it does not own (Knative, SeaweedFS)."""
+"""CloudEvent types loraflow consumes from sources it does not own (Knative, SeaweedFS).
+
+Their data is someone else's format: fields we do not model are kept (`model_extra`), and the
+names are the sender's (the SeaweedFS webhook writes snake_case).
+"""
 
 from __future__ import annotations
 
 from typing import Any
 
-from events.records import Record, field
+from pydantic import BaseModel, ConfigDict, Field
+from pydantic.alias_generators import to_camel
 
 API_ADD = "dev.knative.apiserver.resource.add"
 API_UPDATE = "dev.knative.apiserver.resource.update"
@@ -14,27 +19,35 @@ PING = "dev.knative.sources.ping"
 AWS_SQS = "dev.knative.eventing.aws-sqs"
 
 
-class KubeObject(Record):
+class Received(BaseModel):
+    """Base of the data others send us: immutable, JSON's types taken strictly, unknown keys kept."""
+
+    model_config = ConfigDict(frozen=True, extra="allow", strict=True, defer_build=True)
+
+
+class KubeObject(Received):
     """ApiServerSource (mode Resource) data: the whole object, new state (last state on delete)."""
 
-    extra = "allow"
+    model_config = ConfigDict(alias_generator=to_camel, validate_by_name=True, serialize_by_alias=True)
 
-    api_version: str = field(alias="apiVersion", min_length=1)
-    kind: str = field(min_length=1)
+    api_version: str = Field(min_length=1)
+    kind: str = Field(min_length=1)
     metadata: dict[str, Any]
 
+    def as_dict(self) -> dict[str, Any]:
+        """The object as it came, without a copy: a Kubernetes object can be 1.5 MiB, and a
+        handler only reads it (model_dump would rebuild every nested value)."""
+        modelled = {"apiVersion": self.api_version, "kind": self.kind, "metadata": self.metadata}
+        return {**modelled, **(self.model_extra or {})}
 
-class PingData(Record):
+
+class PingData(Received):
     """PingSource data: whatever `spec.data` holds; ours sends `{"resync": true}` or nothing."""
 
-    extra = "allow"
 
-
-class SeaweedWebhook(Record):
+class SeaweedWebhook(Received):
     """SeaweedFS filer webhook body (not a CloudEvent): `{key, event_type, message}`."""
 
-    extra = "allow"
-
-    key: str = field(min_length=1, max_length=4096)
+    key: str = Field(min_length=1, max_length=4096)
     event_type: str
-    message: dict[str, Any] = field(default_factory=dict)
+    message: dict[str, Any] = Field(default_factory=dict)

@@ -33,11 +33,11 @@ import functions_framework
 from cloudevents.conversion import to_binary
 from cloudevents.exceptions import GenericException
 from cloudevents.http import CloudEvent, from_http
+from pydantic import BaseModel, ValidationError
 
-from events.records import Invalid, Record
 from events.schema_urls import schema_url
 from functions import observability, tracing
-from functions.errors import Reject, Retryable, Unauthorized
+from functions.errors import Reject, Retryable, Unauthorized, problems
 from functions.metrics import CONTENT_TYPE
 from functions.observability import EVENTS, REGISTRY, STEP_SECONDS, configure_logging
 from functions.settings import Settings
@@ -50,7 +50,7 @@ MAX_BODY_BYTES = 4 << 20
 Reply = CloudEvent | None
 Handler = Callable[[CloudEvent, "Deps"], Reply]
 WebhookHandler = Callable[[flask.Request, "Deps"], Reply]
-P = TypeVar("P", bound=Record)
+P = TypeVar("P", bound=BaseModel)
 
 
 @dataclass
@@ -139,14 +139,13 @@ def data_as(event: CloudEvent, model: type[P]) -> P:
         except (ValueError, UnicodeDecodeError, RecursionError) as err:
             raise Reject(f"data of {event['type']} is not JSON: {err}") from err
     try:
-        return model.parse(data)
-    except Invalid as err:
-        shown = Invalid(err.problems[:5])  # enough to fix the sender; a flood helps nobody
-        raise Reject(f"data of {event['type']} is invalid: {shown}") from err
+        return model.model_validate(data)
+    except ValidationError as err:
+        raise Reject(f"data of {event['type']} is invalid: {problems(err)}") from err
 
 
 def reply(
-    type_: str, function: str, subject: str, data: Record, extensions: dict[str, str] | None = None
+    type_: str, function: str, subject: str, data: BaseModel, extensions: dict[str, str] | None = None
 ) -> CloudEvent:
     """Our outgoing event: JSON data by alias (unset optionals omitted, as the samples show),
     source `/loraflow/<function>`, `dataschema` its JSON Schema's URI, and the trace context of
@@ -161,7 +160,7 @@ def reply(
         **tracing.outgoing(),
         **(extensions or {}),
     }
-    return CloudEvent(attributes, data.to_json())
+    return CloudEvent(attributes, data.model_dump(mode="json", exclude_none=True))
 
 
 # -- the function wrapper --------------------------------------------------------------------

@@ -6,17 +6,22 @@ labels/subdomains), so a hostile event is rejected with 400 before any I/O happe
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Mapping
+from typing import Any, TypeVar
 
 from cloudevents.http import CloudEvent
+from pydantic import ValidationError
 
 from events.catalog import BY_TYPE
 from events.domain import AdapterRef
 from events.external import API_TYPES, KubeObject
 from functions._edge import data_as
-from functions.errors import Reject
+from functions.errors import Reject, problems
 from functions.logic.paths import check_label, check_subdomain
 from functions.resources.kinds import ADAPTER_KINDS, Kind
+from functions.resources.wire import WireModel
+
+M = TypeVar("M", bound=WireModel)
 
 
 def adapter_ref(event: CloudEvent) -> AdapterRef:
@@ -46,7 +51,18 @@ def kube_object(event: CloudEvent) -> dict[str, Any]:
         raise Reject("object metadata must carry a string name and namespace")
     check_label(namespace, "namespace")
     check_subdomain(name, "name")
-    return obj.to_json()
+    return obj.as_dict()
+
+
+def stored(model: type[M], obj: Mapping[str, Any]) -> M:
+    """An object read from the API server in its model, or Reject naming the first problems
+    (the apiserver accepted it, so our model and the CRD disagree: retrying cannot help)."""
+    try:
+        return model.model_validate(obj)
+    except ValidationError as err:
+        raise Reject(
+            f"stored {obj.get('kind', 'object')} does not match its schema: {problems(err)}"
+        ) from err
 
 
 def is_deleted(event: CloudEvent) -> bool:

@@ -309,7 +309,7 @@ def warn(deps: Deps, obj: Obj, reason: str, message: str, component: str) -> Non
 
 
 def ref_of(adapter: Obj) -> AdapterRef:
-    return AdapterRef.parse(
+    return AdapterRef.model_validate(
         {
             "apiVersion": adapter.get("apiVersion"),
             "namespace": targets.namespace_of(adapter),

@@ -33,9 +33,8 @@ from cloudevents.http import CloudEvent
 
 from events.domain import ADAPTER_ADMITTED, ADAPTER_DRIFTED, AdapterAdmitted, AdapterRef
 from events.external import API_ADD, API_UPDATE
-from events.records import Invalid
 from functions import _edge
-from functions._inputs import adapter_ref, kube_object
+from functions._inputs import adapter_ref, kube_object, stored
 from functions.errors import Reject
 from functions.logic import conditions, phase
 from functions.logic.paths import adapter_dir, check_label, check_subdomain, is_under
@@ -123,12 +122,14 @@ def decide_rackai(adapter: LoRAAdapter, model_exists: bool, now: datetime) -> Lo
             now,
         )
     phase_, ready = phase.summarize(conds, bool(status.files))
-    return status.replace(
-        conditions=conds,
-        storage_ref=StorageRef(path=directory) if directory else None,
-        observed_generation=generation,
-        phase=phase_,
-        ready=ready,
+    return status.model_copy(
+        update={
+            "conditions": conds,
+            "storage_ref": StorageRef(path=directory) if directory else None,
+            "observed_generation": generation,
+            "phase": phase_,
+            "ready": ready,
+        }
     )
 
 
@@ -161,7 +162,7 @@ def decide_sglang(
         conds = conditions.set_condition(
             conds, phase.ERROR, "False", phase.NO_ERROR, "No reconcile step reports an error", generation, now
         )
-    return status.replace(conditions=conds)
+    return status.model_copy(update={"conditions": conds})
 
 
 # -- shell -----------------------------------------------------------------------------------
@@ -179,12 +180,7 @@ def _ready_reason(kind: Kind, obj: Obj | None) -> str | None:
 
 
 def _parse(kind: Kind, obj: Obj) -> LoRAAdapter | SGLangAdapter:
-    try:
-        if kind == VLLM_ADAPTER:
-            return LoRAAdapter.parse(obj)
-        return SGLangAdapter.parse(obj)
-    except Invalid as err:
-        raise Reject(f"stored LoRAAdapter does not match its schema: {err}") from err
+    return stored(LoRAAdapter, obj) if kind == VLLM_ADAPTER else stored(SGLangAdapter, obj)
 
 
 def handle(event: CloudEvent, deps: _edge.Deps) -> CloudEvent | None:
@@ -249,7 +245,7 @@ def admit_one(deps: _edge.Deps, kind: Kind, namespace: str, name: str) -> CloudE
             services[key] = None
             if _valid(check_label, key[0]) and _valid(check_subdomain, key[1]):
                 found = kube.get(INFERENCE_SERVICE, key[0], key[1])
-                services[key] = InferenceService.parse(found) if found is not None else None
+                services[key] = stored(InferenceService, found) if found is not None else None
         return adapter_status_wire(decide_sglang(adapter, services[key], now))
 
     written = kube.write_status(kind, namespace, name, desired)
@@ -262,7 +258,9 @@ def admit_one(deps: _edge.Deps, kind: Kind, namespace: str, name: str) -> CloudE
     if not (written.changed or added.changed):
         return None
     generation = int((written.obj.get("metadata") or {}).get("generation") or 0)
-    ref_out = AdapterRef(api_version=kind.api_version, namespace=namespace, name=name)
+    ref_out = AdapterRef.model_validate(
+        {"apiVersion": kind.api_version, "namespace": namespace, "name": name}
+    )
     return _edge.reply(
         ADAPTER_ADMITTED,
         NAME,
@@ -272,7 +270,7 @@ def admit_one(deps: _edge.Deps, kind: Kind, namespace: str, name: str) -> CloudE
 
 
 def adapter_status_wire(status: LoRAAdapterStatus | SGLangAdapterStatus) -> Obj:
-    return status.to_json()
+    return status.to_wire()
 
 
 def _condition_message(kind: Kind, obj: Obj) -> str:

@@ -8,6 +8,16 @@ A domain verdict (an MD5 mismatch, a missing Model) is not an exception: it is s
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from pydantic import ValidationError
+
+SHOWN_PROBLEMS = 5
+"""How many validation problems a 400 names: enough to fix the sender; a flood helps nobody."""
+SHOWN_KEY_CHARS = 64
+"""A path names the sender's own keys (an unknown one, a map's): each is cut to this length."""
+
 
 class LoraflowError(Exception):
     """Base of every error we raise on purpose."""
@@ -39,3 +49,18 @@ class StorageUnavailable(Retryable):
 
 class EngineUnavailable(Retryable):
     """Some engine replicas could not be reached; status says which, a retry finishes the job."""
+
+
+def problems(err: ValidationError, limit: int = SHOWN_PROBLEMS) -> str:
+    """pydantic's problems as `path.to.field: reason`, the first `limit` of them and how many
+    more. Never the offending values (a hostile sender's text is not echoed back, nor a
+    secret), and no documentation URLs: the path and the reason are what fixes a request."""
+    found = err.errors(include_url=False, include_context=False, include_input=False)
+    shown = [f"{_path(e['loc'])}: {e['msg']}" for e in found[:limit]]
+    more = f" (and {len(found) - limit} more)" if len(found) > limit else ""
+    return "; ".join(shown) + more
+
+
+def _path(loc: tuple[int | str, ...]) -> str:
+    parts = [str(p) if len(str(p)) <= SHOWN_KEY_CHARS else str(p)[:SHOWN_KEY_CHARS] + "..." for p in loc]
+    return ".".join(parts) or "data"

@@ -30,12 +30,12 @@ from typing import Any
 
 import flask
 from cloudevents.http import CloudEvent
+from pydantic import ValidationError
 
 from events.domain import FILE_CHANGED, FileChanged
 from events.external import AWS_SQS, SeaweedWebhook
-from events.records import Invalid
 from functions import _edge
-from functions.errors import Reject, Unauthorized
+from functions.errors import Reject, Unauthorized, problems
 from functions.logic.paths import STORAGE_ROOT, is_under
 from functions.logic.seaweed_event import (
     FileChange,
@@ -88,8 +88,10 @@ def file_changed(change: FileChange) -> FileChanged | None:
             )
         if change.new_path is not None and is_under(change.new_path, STORAGE_ROOT):
             return FileChanged(path=change.new_path, event_type="create", size=change.size, md5=md5)
-    except Invalid as err:
-        raise Reject(f"notification for {change.path!r} is not a valid file.changed: {err}") from err
+    except ValidationError as err:
+        raise Reject(
+            f"notification for {change.path!r} is not a valid file.changed: {problems(err)}"
+        ) from err
     return None
 
 
@@ -163,7 +165,7 @@ def handle(event: CloudEvent, deps: _edge.Deps) -> CloudEvent | None:
 def webhook(request: flask.Request, deps: _edge.Deps) -> CloudEvent | None:
     token = deps.settings.webhook_token
     if token is not None:
-        expected = ("Bearer " + token).encode()
+        expected = ("Bearer " + token.get_secret_value()).encode()
         given = (request.headers.get("Authorization") or "").encode()
         if not hmac.compare_digest(given, expected):
             raise Unauthorized("webhook request without the expected bearer token")
@@ -171,11 +173,13 @@ def webhook(request: flask.Request, deps: _edge.Deps) -> CloudEvent | None:
     if len(body) > _edge.MAX_BODY_BYTES:
         raise Reject(f"body of {len(body)} bytes exceeds the {_edge.MAX_BODY_BYTES}-byte limit")
     try:
-        message = SeaweedWebhook.parse(json.loads(body))
-    except (ValueError, UnicodeDecodeError, RecursionError) as err:  # Invalid: a ValueError
+        message = SeaweedWebhook.model_validate(json.loads(body))
+    except ValidationError as err:
         raise Reject(
-            f"webhook body is not a SeaweedFS notification {{key, event_type, message}}: {err}"
+            f"webhook body is not a SeaweedFS notification {{key, event_type, message}}: {problems(err)}"
         ) from err
+    except (ValueError, UnicodeDecodeError, RecursionError) as err:
+        raise Reject(f"webhook body is not JSON: {err}") from err
     try:
         notification = parse_webhook_message(message.message)
     except InvalidNotification as err:

@@ -82,10 +82,10 @@ def observe(deps: Deps) -> drift.Snapshot:
 
 
 def to_event(nudge: drift.Nudge) -> CloudEvent:
-    ref = AdapterRef.parse(
+    ref = AdapterRef.model_validate(
         {"apiVersion": nudge.api_version, "namespace": nudge.namespace, "name": nudge.name}
     )
-    data = AdapterDrifted(adapter=ref, step=nudge.step, reason=nudge.reason)
+    data = AdapterDrifted.model_validate({"adapter": ref, "step": nudge.step, "reason": nudge.reason})
     subject = ADAPTER_KINDS[nudge.api_version].path(nudge.namespace, nudge.name)
     return _edge.reply(ADAPTER_DRIFTED, NAME, subject, data, {STEP_EXTENSION: nudge.step})
 

@@ -37,9 +37,8 @@ from events.domain import (
     AdapterStatCompleted,
     FileChanged,
 )
-from events.records import Invalid
 from functions import _edge
-from functions._inputs import adapter_ref
+from functions._inputs import adapter_ref, stored
 from functions.errors import Reject
 from functions.logic import phase
 from functions.logic.paths import STORAGE_ROOT, adapter_dir, adapter_of_path, check_storage_path, is_under
@@ -89,16 +88,18 @@ def decide(
     status = adapter.status or LoRAAdapterStatus()
     files = recorded(adapter, listing, max_files)
     total = sum(f.size for f in listing)
-    integrity = (status.integrity or IntegrityStatus()).replace(
-        files={f.path: FileStatus(md5=f.md5, size=f.size) for f in files} or None
+    integrity = (status.integrity or IntegrityStatus()).model_copy(
+        update={"files": {f.path: FileStatus(md5=f.md5, size=f.size) for f in files} or None}
     )
     phase_, ready = phase.summarize(status.conditions, bool(listing))
-    return status.replace(
-        files=[FileInfo(path=f.path, size=f.size) for f in files] or None,
-        size=format_bytes(total),
-        integrity=integrity,
-        phase=phase_,
-        ready=ready,
+    return status.model_copy(
+        update={
+            "files": [FileInfo(path=f.path, size=f.size) for f in files] or None,
+            "size": format_bytes(total),
+            "integrity": integrity,
+            "phase": phase_,
+            "ready": ready,
+        }
     )
 
 
@@ -158,7 +159,7 @@ def _one(
     obj = kube.get(VLLM_ADAPTER, namespace, name)
     if obj is None or (obj.get("metadata") or {}).get("deletionTimestamp"):
         return None
-    adapter = _parse(obj)
+    adapter = stored(LoRAAdapter, obj)
     if model is not None and adapter.spec.model != model:
         return None
     directory = listing_dir(adapter)
@@ -170,10 +171,10 @@ def _one(
 
     def desired(current: Obj) -> Obj | None:
         seen["before"] = current
-        fresh = _parse(current)
+        fresh = stored(LoRAAdapter, current)
         if (current.get("metadata") or {}).get("deletionTimestamp") or listing_dir(fresh) != directory:
             return None  # moved under us: the next nudge lists the right place
-        return decide(fresh, listing, now, deps.settings.status_max_files).to_json()
+        return decide(fresh, listing, now, deps.settings.status_max_files).to_wire()
 
     written = kube.write_status(VLLM_ADAPTER, namespace, name, desired)
     if written is None:
@@ -187,18 +188,13 @@ def _one(
     if shown < len(listing) and not unchanged:
         message = f"status lists {shown} of the {len(listing)} files in {directory} (declared ones first)"
         deps.kube.record_event(written.obj, "Warning", TRUNCATED, message, NAME, now)
-    ref = AdapterRef(api_version=VLLM_ADAPTER.api_version, namespace=namespace, name=name)
+    ref = AdapterRef.model_validate(
+        {"apiVersion": VLLM_ADAPTER.api_version, "namespace": namespace, "name": name}
+    )
     payload = AdapterStatCompleted(
         adapter=ref, files=len(listing), size=format_bytes(sum(f.size for f in listing))
     )
     return _edge.reply(ADAPTER_STAT_COMPLETED, NAME, VLLM_ADAPTER.path(namespace, name), payload)
-
-
-def _parse(obj: Obj) -> LoRAAdapter:
-    try:
-        return LoRAAdapter.parse(obj)
-    except Invalid as err:
-        raise Reject(f"stored LoRAAdapter does not match its schema: {err}") from err
 
 
 def _first(replies: Iterable[CloudEvent | None]) -> CloudEvent | None:

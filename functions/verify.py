@@ -32,10 +32,8 @@ from events.domain import (
     AdapterReady,
     AdapterRef,
 )
-from events.records import Invalid
 from functions import _edge
-from functions._inputs import adapter_ref
-from functions.errors import Reject
+from functions._inputs import adapter_ref, stored
 from functions.logic import conditions, integrity, phase
 from functions.resources.kinds import VLLM_ADAPTER
 from functions.resources.rackai import LoRAAdapter, LoRAAdapterStatus
@@ -75,11 +73,13 @@ def decide(adapter: LoRAAdapter, hashed: Mapping[str, str | None], now: datetime
             now,
         )
     phase_, ready = phase.summarize(conds, bool(observed) or bool(status.files))
-    return status.replace(
-        conditions=conds,
-        upload_complete=verdict.upload_complete,
-        phase=phase_,
-        ready=ready,
+    return status.model_copy(
+        update={
+            "conditions": conds,
+            "upload_complete": verdict.upload_complete,
+            "phase": phase_,
+            "ready": ready,
+        }
     )
 
 
@@ -92,13 +92,6 @@ def verdict_of(status: Obj | None) -> tuple[str, str] | None:
 
 
 # -- shell -----------------------------------------------------------------------------------
-def _parse(obj: Obj) -> LoRAAdapter:
-    try:
-        return LoRAAdapter.parse(obj)
-    except Invalid as err:
-        raise Reject(f"stored LoRAAdapter does not match its schema: {err}") from err
-
-
 def handle(event: CloudEvent, deps: _edge.Deps) -> CloudEvent | None:
     ref = adapter_ref(event)
     if ref.api_version != VLLM_ADAPTER.api_version:
@@ -117,7 +110,7 @@ def handle(event: CloudEvent, deps: _edge.Deps) -> CloudEvent | None:
         seen["before"] = current
         if (current.get("metadata") or {}).get("deletionTimestamp"):
             return None
-        adapter = _parse(current)
+        adapter = stored(LoRAAdapter, current)
         observed = observed_files(adapter)
         hashed: dict[str, str | None] = {}
         for path in integrity.to_hash(declared(adapter), observed):
@@ -125,7 +118,7 @@ def handle(event: CloudEvent, deps: _edge.Deps) -> CloudEvent | None:
             if key not in hashes:
                 hashes[key] = deps.storage.hash_file(path, limit) if limit > 0 else None
             hashed[path] = hashes[key]
-        return decide(adapter, hashed, now).to_json()
+        return decide(adapter, hashed, now).to_wire()
 
     written = kube.write_status(VLLM_ADAPTER, namespace, name, desired)
     if written is None or not written.changed:
@@ -137,7 +130,9 @@ def handle(event: CloudEvent, deps: _edge.Deps) -> CloudEvent | None:
     condition = next(
         c for c in written.obj["status"]["conditions"] if isinstance(c, dict) and c.get("type") == phase.READY
     )
-    out = AdapterRef(api_version=VLLM_ADAPTER.api_version, namespace=namespace, name=name)
+    out = AdapterRef.model_validate(
+        {"apiVersion": VLLM_ADAPTER.api_version, "namespace": namespace, "name": name}
+    )
     subject = VLLM_ADAPTER.path(namespace, name)
     if after[1] == phase.INTEGRITY_CHECK_FAILED:
         kube.record_event(written.obj, "Warning", after[1], str(condition.get("message") or ""), NAME, now)

@@ -14,6 +14,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, NamedTuple, Protocol, TypeVar
 
 import httpx
+from pydantic import BaseModel, ConfigDict
 
 from functions.adapters.pod_pools import PodPools
 from functions.adapters.tls import never_used
@@ -129,6 +130,34 @@ def classify_unload(response: httpx.Response) -> CallResult:
     return CallResult(False, "UnloadFailed", f"HTTP {response.status_code}: {message}", retryable=retryable)
 
 
+class ModelCard(BaseModel):
+    """One entry of `GET /v1/models`: vLLM's ModelCard (vllm/entrypoints/openai/protocol.py) and
+    SGLang's (sglang/srt/entrypoints/openai/protocol.py) agree on these; an adapter's card has
+    the base model as `parent` and its path as `root`. The other fields are not read at all."""
+
+    model_config = ConfigDict(extra="ignore", strict=True, frozen=True, defer_build=True)
+
+    id: str
+    root: str | None = None
+    parent: str | None = None
+
+
+class ModelList(BaseModel):
+    model_config = ConfigDict(extra="ignore", strict=True, frozen=True, defer_build=True)
+
+    data: list[ModelCard] | None = None
+
+
+def adapters_listed(body: bytes) -> dict[str, str]:
+    """The adapters of a `GET /v1/models` answer, name -> path (the cards with a `parent`).
+
+    Parsed and validated in one pass by pydantic (its JSON parser skips the fields we do not
+    model), ~0.6x json.loads of the whole answer for 500 adapters (bench 10). Raises
+    ValueError (pydantic's ValidationError) for an answer that is not such a listing."""
+    listing = ModelList.model_validate_json(body)
+    return {card.id: card.root or "" for card in listing.data or () if card.parent}
+
+
 class Engines:
     def __init__(self, settings: Settings) -> None:
         # In-flight calls are bounded by the fan-out pools, not by the connection pools. Each
@@ -154,15 +183,12 @@ class Engines:
         try:
             response = self._http.get(endpoint.url + "/v1/models")
             response.raise_for_status()
-            cards = response.json().get("data") or []
+            return adapters_listed(response.content)
         except (httpx.HTTPError, ValueError, AttributeError):
             ENGINE_FAILURES.labels(endpoint.runtime, "list", "unreachable").inc()
             return None
         finally:
             ENGINE_SECONDS.labels(endpoint.runtime, "list").observe(time.perf_counter() - started)
-        return {
-            str(c["id"]): str(c.get("root") or "") for c in cards if isinstance(c, dict) and c.get("parent")
-        }
 
     def load(self, endpoint: Endpoint, name: str, path: str) -> CallResult:
         protocol = PROTOCOLS[endpoint.runtime]

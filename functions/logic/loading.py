@@ -156,11 +156,11 @@ def summarize_v2(target: TargetResult) -> tuple[ConditionStatus, str, str, str, 
 
 
 def _conditions(status: Mapping[str, Any]) -> list[Condition]:
-    return [Condition.parse(c) for c in status.get("conditions") or []]
+    return [Condition.model_validate(c) for c in status.get("conditions") or []]
 
 
 def _wire(items: Sequence[Condition]) -> list[Obj]:
-    return [c.to_json() for c in items]
+    return [c.to_wire() for c in items]
 
 
 def status_v1(

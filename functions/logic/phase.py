@@ -14,10 +14,13 @@ conditions it is about to write, so phase and ready always agree with Ready.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from functions.logic.conditions import find
-from functions.resources.meta import Condition
-from functions.resources.rackai import Phase
+
+if TYPE_CHECKING:  # the seed-1 models are not imported by the steps that do not read them
+    from functions.resources.meta import Condition
+    from functions.resources.rackai import Phase
 
 READY = "Ready"
 

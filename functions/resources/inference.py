@@ -4,13 +4,14 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from events.records import field
+from pydantic import Field
+
+from functions.resources.kinds import INFERENCE_GROUP as GROUP
+from functions.resources.kinds import VERSION
 from functions.resources.meta import Condition, ObjectMeta
 from functions.resources.rackai import WorkloadStatus
 from functions.resources.wire import WireModel
 
-GROUP = "inference.rackai.rackspace.com"
-VERSION = "v1alpha1"
 API_VERSION = f"{GROUP}/{VERSION}"
 
 Runtime = Literal["sglang", "vllm", "tgi", "triton"]
@@ -24,8 +25,8 @@ class InferenceServiceRef(WireModel):
 
 class SGLangAdapterSpec(WireModel):
     inference_service_ref: InferenceServiceRef
-    name: str = field(min_length=1, max_length=63, pattern=ADAPTER_NAME_PATTERN)
-    path: str = field(min_length=1)
+    name: str = Field(min_length=1, max_length=63, pattern=ADAPTER_NAME_PATTERN)
+    path: str = Field(min_length=1)
 
 
 class SGLangAdapterStatus(WireModel):
@@ -37,7 +38,7 @@ class SGLangAdapterStatus(WireModel):
 class SGLangAdapter(WireModel):
     api_version: str = API_VERSION
     kind: str = "LoRAAdapter"
-    metadata: ObjectMeta = field(default_factory=ObjectMeta)
+    metadata: ObjectMeta = Field(default_factory=ObjectMeta)
     spec: SGLangAdapterSpec
     status: SGLangAdapterStatus | None = None
 
@@ -45,13 +46,13 @@ class SGLangAdapter(WireModel):
 class InferenceServiceSpec(WireModel):
     runtime: Runtime
     model: str | None = None
-    replicas: int | None = field(default=None, ge=0)
+    replicas: int | None = Field(default=None, ge=0)
     extra_volumes: list[dict[str, Any]] | None = None
 
 
 class InferenceService(WireModel):
     api_version: str = API_VERSION
     kind: str = "InferenceService"
-    metadata: ObjectMeta = field(default_factory=ObjectMeta)
+    metadata: ObjectMeta = Field(default_factory=ObjectMeta)
     spec: InferenceServiceSpec
     status: WorkloadStatus | None = None

@@ -1,10 +1,18 @@
-"""Where each kind lives in the Kubernetes API, and the labels and finalizer we rely on."""
+"""Where each kind lives in the Kubernetes API, and the labels and finalizer we rely on.
+
+Nothing here imports the models (functions.resources.rackai, .inference): the steps that read
+raw objects (load, reload, unload, resync, ingest) need the kinds, not the models, and each
+model class costs its definition at every cold start."""
 
 from __future__ import annotations
 
 from typing import NamedTuple
 
-from functions.resources import inference, rackai
+RACKAI_GROUP = "rackai.rackspace.com"
+"""Seed 1: LoRAAdapter (vLLM), Model, ModelDeployment."""
+INFERENCE_GROUP = "inference.rackai.rackspace.com"
+"""Seed 2: LoRAAdapter (SGLang), InferenceService."""
+VERSION = "v1alpha1"
 
 FINALIZER = "loraflow.io/unload"
 MODEL_DEPLOYMENT_LABEL = "rackai.rackspace.com/model-deployment"
@@ -29,11 +37,11 @@ class Kind(NamedTuple):
         return f"{prefix}/namespaces/{namespace}/{self.plural}/{name}"
 
 
-VLLM_ADAPTER = Kind(rackai.GROUP, rackai.VERSION, "loraadapters", "LoRAAdapter")
-MODEL = Kind(rackai.GROUP, rackai.VERSION, "models", "Model")
-MODEL_DEPLOYMENT = Kind(rackai.GROUP, rackai.VERSION, "modeldeployments", "ModelDeployment")
-SGLANG_ADAPTER = Kind(inference.GROUP, inference.VERSION, "loraadapters", "LoRAAdapter")
-INFERENCE_SERVICE = Kind(inference.GROUP, inference.VERSION, "inferenceservices", "InferenceService")
+VLLM_ADAPTER = Kind(RACKAI_GROUP, VERSION, "loraadapters", "LoRAAdapter")
+MODEL = Kind(RACKAI_GROUP, VERSION, "models", "Model")
+MODEL_DEPLOYMENT = Kind(RACKAI_GROUP, VERSION, "modeldeployments", "ModelDeployment")
+SGLANG_ADAPTER = Kind(INFERENCE_GROUP, VERSION, "loraadapters", "LoRAAdapter")
+INFERENCE_SERVICE = Kind(INFERENCE_GROUP, VERSION, "inferenceservices", "InferenceService")
 POD = Kind("", "v1", "pods", "Pod")
 
 ADAPTER_KINDS = {VLLM_ADAPTER.api_version: VLLM_ADAPTER, SGLANG_ADAPTER.api_version: SGLANG_ADAPTER}

@@ -1,13 +1,24 @@
-"""Kubernetes object metadata and metav1.Condition, as the API server serialises them."""
+"""Kubernetes object metadata, metav1.Condition and resource.Quantity, as the API server
+serialises them."""
 
 from __future__ import annotations
 
-from typing import ClassVar, Literal
+from typing import Annotated, ClassVar, Literal
 
-from events.records import field
+from pydantic import Field
+
 from functions.resources.wire import WireModel
 
 ConditionStatus = Literal["True", "False", "Unknown"]
+
+QUANTITY_PATTERN = (
+    r"^(\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))"
+    r"(([KMGTPE]i)|[numkMGTPE]|([eE](\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))))?$"
+)
+"""resource.Quantity's string form, as the CRDs declare it (apimachinery's quantity regexp)."""
+
+Quantity = int | Annotated[str, Field(pattern=QUANTITY_PATTERN)]
+"""An int-or-string Quantity (`x-kubernetes-int-or-string`): 1073741824, "1Gi", "1.5G"."""
 
 
 class ObjectMeta(WireModel):
@@ -31,16 +42,7 @@ class Condition(WireModel):
 
     type: str
     status: ConditionStatus
-    reason: str = field(min_length=1, max_length=1024)
-    message: str = field(default="", max_length=32768)
+    reason: str = Field(min_length=1, max_length=1024)
+    message: str = Field(default="", max_length=32768)
     last_transition_time: str
     observed_generation: int | None = None
-
-
-class ObjectReference(WireModel):
-    """The identity of a namespaced object, enough to re-read it."""
-
-    api_version: str
-    kind: str
-    namespace: str
-    name: str

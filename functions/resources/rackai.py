@@ -4,12 +4,13 @@ from __future__ import annotations
 
 from typing import Literal
 
-from events.records import field
-from functions.resources.meta import Condition, ObjectMeta
+from pydantic import Field
+
+from functions.resources.kinds import RACKAI_GROUP as GROUP
+from functions.resources.kinds import VERSION
+from functions.resources.meta import Condition, ObjectMeta, Quantity
 from functions.resources.wire import WireModel
 
-GROUP = "rackai.rackspace.com"
-VERSION = "v1alpha1"
 API_VERSION = f"{GROUP}/{VERSION}"
 
 Phase = Literal["Pending", "Processing", "Ready", "Failed"]
@@ -20,10 +21,10 @@ class Integrity(WireModel):
 
 
 class LoRAAdapterSpec(WireModel):
-    model: str = field(min_length=1)
+    model: str = Field(min_length=1)
     dataset: str | None = None
-    description: str | None = field(default=None, max_length=1024)
-    display_name: str | None = field(default=None, max_length=128)
+    description: str | None = Field(default=None, max_length=1024)
+    display_name: str | None = Field(default=None, max_length=128)
     integrity: Integrity | None = None
     source_fine_tuning_job: str | None = None
     tags: list[str] | None = None
@@ -54,7 +55,7 @@ class LoRAAdapterStatus(WireModel):
     observed_generation: int | None = None
     phase: Phase | None = None
     ready: bool | None = None
-    size: int | str | None = None
+    size: Quantity | None = None
     storage_ref: StorageRef | None = None
     upload_complete: bool | None = None
     used_by: list[str] | None = None
@@ -63,7 +64,7 @@ class LoRAAdapterStatus(WireModel):
 class LoRAAdapter(WireModel):
     api_version: str = API_VERSION
     kind: str = "LoRAAdapter"
-    metadata: ObjectMeta = field(default_factory=ObjectMeta)
+    metadata: ObjectMeta = Field(default_factory=ObjectMeta)
     spec: LoRAAdapterSpec
     status: LoRAAdapterStatus | None = None
 
@@ -78,13 +79,13 @@ class ModelSpec(WireModel):
 class Model(WireModel):
     api_version: str = API_VERSION
     kind: str = "Model"
-    metadata: ObjectMeta = field(default_factory=ObjectMeta)
-    spec: ModelSpec = field(default_factory=ModelSpec)
+    metadata: ObjectMeta = Field(default_factory=ObjectMeta)
+    spec: ModelSpec = Field(default_factory=ModelSpec)
 
 
 class ModelDeploymentSpec(WireModel):
-    model: str = field(min_length=1)
-    replicas: int | None = field(default=None, ge=0)
+    model: str = Field(min_length=1)
+    replicas: int | None = Field(default=None, ge=0)
     lora_adapters: list[str] | None = None
 
 
@@ -95,6 +96,6 @@ class WorkloadStatus(WireModel):
 class ModelDeployment(WireModel):
     api_version: str = API_VERSION
     kind: str = "ModelDeployment"
-    metadata: ObjectMeta = field(default_factory=ObjectMeta)
+    metadata: ObjectMeta = Field(default_factory=ObjectMeta)
     spec: ModelDeploymentSpec
     status: WorkloadStatus | None = None

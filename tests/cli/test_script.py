@@ -74,7 +74,7 @@ def test_expected_failure_is_one_line_and_exit_1(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("argv", [["--help"], ["status", "--help"], ["upload", "--help"], ["events", "-h"]])
 def test_help_imports_none_of_the_commands_libraries(argv: list[str]) -> None:
-    """Help is argparse alone: the kubernetes package takes ~0.3 s to import (bench 10 times it)."""
+    """Help is argparse alone: the kubernetes package takes ~0.3 s to import (bench 12 times it)."""
     report, done = without_extra([], *argv)
     assert report == {"code": 0, "imported": []}
     assert "usage: loraflow" in done.stdout

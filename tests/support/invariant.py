@@ -152,21 +152,21 @@ def diff_status(subject: str, stored: Mapping[str, Any] | None, fresh: Mapping[s
 def fresh_status_v1(deps: Deps, fleet: Fleet, world: World, obj: Obj) -> Obj:
     """admit -> stat -> verify -> load, as each would write on fresh data (no engine calls)."""
     namespace, name = targets.namespace_of(obj), targets.name_of(obj)
-    adapter = LoRAAdapter.parse(obj)
+    adapter = LoRAAdapter.model_validate(obj)
     model = adapter.spec.model
     exists = admit.model_name_valid(model) and (namespace, model) in world.models
-    adapter = adapter.replace(status=admit.decide_rackai(adapter, exists, NOW))
+    adapter = adapter.model_copy(update={"status": admit.decide_rackai(adapter, exists, NOW)})
     directory = stat.listing_dir(adapter)
     if directory is not None:
         listing = deps.storage.stat_dir(directory)
-        adapter = adapter.replace(status=stat.decide(adapter, listing, NOW))
+        adapter = adapter.model_copy(update={"status": stat.decide(adapter, listing, NOW)})
     observed = verify.observed_files(adapter)
     limit = deps.settings.hash_max_bytes
     hashed = {
         path: deps.storage.hash_file(path, limit) if limit > 0 else None
         for path in integrity.to_hash(verify.declared(adapter), observed)
     }
-    wire = verify.decide(adapter, hashed, NOW).to_json()
+    wire = verify.decide(adapter, hashed, NOW).to_wire()
     generation = (obj.get("metadata") or {}).get("generation")
     deployments = [d for d in world.deployments if targets.namespace_of(d) == namespace]
     used = targets.used_by(name, deployments)
@@ -236,14 +236,14 @@ def check_engines_v1(deps: Deps, fleet: Fleet, world: World) -> list[Violation]:
 
 # -- seed 2 --------------------------------------------------------------------------------------
 def fresh_status_v2(fleet: Fleet, world: World, obj: Obj) -> Obj:
-    adapter = SGLangAdapter.parse(obj)
+    adapter = SGLangAdapter.model_validate(obj)
     namespace, name = targets.isvc_ref(obj)
     found = next(
         (s for s in world.services if (targets.namespace_of(s), targets.name_of(s)) == (namespace, name)),
         None,
     )
-    target = InferenceService.parse(found) if found is not None else None
-    wire = admit.decide_sglang(adapter, target, NOW).to_json()
+    target = InferenceService.model_validate(found) if found is not None else None
+    wire = admit.decide_sglang(adapter, target, NOW).to_wire()
     after = {**obj, "status": wire}
     if not targets.available_v2(after):
         return wire

@@ -162,8 +162,10 @@ class Testbed:
 
     @staticmethod
     def adapter_data(kind: Kind, namespace: str, name: str, **extra: Any) -> dict[str, Any]:
-        ref = AdapterRef.parse({"apiVersion": kind.api_version, "namespace": namespace, "name": name})
-        return {"adapter": ref.to_json(), **extra}
+        ref = AdapterRef.model_validate(
+            {"apiVersion": kind.api_version, "namespace": namespace, "name": name}
+        )
+        return {"adapter": ref.model_dump(mode="json"), **extra}
 
     @contextlib.contextmanager
     def settings(self, **env: str) -> Iterator[None]:

@@ -28,7 +28,7 @@ def vllm(
     }
     if status is not None:
         body["status"] = status
-    return LoRAAdapter.parse(body)
+    return LoRAAdapter.model_validate(body)
 
 
 def ready(status: str, reason: str, message: str, t: str = T_NOW, gen: int = 2) -> dict[str, Any]:
@@ -192,7 +192,7 @@ FILES = {"files": [{"path": DIR + "w", "size": 4}], "size": "4"}
     ],
 )
 def test_decide_rackai(adapter: LoRAAdapter, model_exists: bool, expected: dict[str, Any]) -> None:
-    assert decide_rackai(adapter, model_exists, NOW).to_json() == expected
+    assert decide_rackai(adapter, model_exists, NOW).to_wire() == expected
 
 
 def sglang(status: dict[str, Any] | None = None, ref_ns: str | None = None) -> SGLangAdapter:
@@ -207,11 +207,11 @@ def sglang(status: dict[str, Any] | None = None, ref_ns: str | None = None) -> S
     }
     if status is not None:
         body["status"] = status
-    return SGLangAdapter.parse(body)
+    return SGLangAdapter.model_validate(body)
 
 
 def isvc(runtime: str) -> InferenceService:
-    return InferenceService.parse(
+    return InferenceService.model_validate(
         {"metadata": {"name": "isvc", "namespace": "ns"}, "spec": {"runtime": runtime}}
     )
 
@@ -321,4 +321,4 @@ LOADED = cond("Loaded", "True", "Loaded", "loaded", T_OLD)
 def test_decide_sglang(
     adapter: SGLangAdapter, target: InferenceService | None, expected: dict[str, Any]
 ) -> None:
-    assert decide_sglang(adapter, target, NOW).to_json() == expected
+    assert decide_sglang(adapter, target, NOW).to_wire() == expected

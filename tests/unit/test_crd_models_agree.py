@@ -22,16 +22,15 @@ from typing import Any
 import pytest
 import yaml
 
-from events.json_schema import json_schema
-from events.records import Record
 from functions.resources import inference, meta, rackai
+from functions.resources.wire import WireModel
 
 ROOT = Path(__file__).resolve().parents[2]
 CRDS = ROOT / "knative" / "crds"
 
 Schema = dict[str, Any]
 
-PAIRS: dict[str, type[Record]] = {
+PAIRS: dict[str, type[WireModel]] = {
     "rackai.rackspace.com_loraadapters.yaml": rackai.LoRAAdapter,
     "rackai.rackspace.com_models.yaml": rackai.Model,
     "rackai.rackspace.com_modeldeployments.yaml": rackai.ModelDeployment,
@@ -59,8 +58,8 @@ def crd_schema(file_name: str) -> Schema:
 class ModelSchema:
     """The model's JSON schema with $refs resolved and Optional unwrapped."""
 
-    def __init__(self, model: type[Record]) -> None:
-        self.root = json_schema(model)
+    def __init__(self, model: type[WireModel]) -> None:
+        self.root = model.model_json_schema()
         self.defs: dict[str, Schema] = self.root.get("$defs", {})
 
     def resolve(self, node: Schema) -> Schema:
@@ -150,7 +149,7 @@ def test_condition_message_emitted() -> None:
     condition = meta.Condition(
         type="Ready", status="True", reason="Verified", last_transition_time="2026-01-01T00:00:00Z"
     )
-    assert condition.to_json()["message"] == ""
+    assert condition.to_wire()["message"] == ""
 
 
 def test_checker_reports_disagreements() -> None:

@@ -79,7 +79,7 @@ def test_sample_data_validates(entry: EventType) -> None:
     assert sample["datacontenttype"] == "application/json"
     schema = json.loads((SCHEMAS / f"{entry.slug}.json").read_text())
     jsonschema.Draft202012Validator(schema).validate(sample["data"])
-    entry.payload.parse(sample["data"])
+    entry.payload.model_validate(sample["data"])
 
 
 @pytest.mark.parametrize("entry", [e for e in CATALOG if e.type in external.API_TYPES], ids=lambda e: e.slug)
@@ -131,4 +131,4 @@ def test_sample_validation_can_fail() -> None:
     schema = json.loads((SCHEMAS / f"{entry.slug}.json").read_text())
     assert list(jsonschema.Draft202012Validator(schema).iter_errors(data))
     with pytest.raises(ValueError, match="unexpected"):
-        entry.payload.parse(data)
+        entry.payload.model_validate(data)

@@ -59,7 +59,7 @@ def spans() -> Iterator[InMemorySpanExporter]:
 
 def replying(name: str) -> Any:
     def handle(event: CloudEvent, deps: Any) -> CloudEvent:
-        ref = AdapterRef.parse(
+        ref = AdapterRef.model_validate(
             {"apiVersion": "rackai.rackspace.com/v1alpha1", "namespace": "team-a", "name": "finance"}
         )
         return _edge.reply(ADAPTER_READY, name, SUBJECT, AdapterReady(adapter=ref))

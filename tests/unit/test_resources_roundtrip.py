@@ -23,8 +23,8 @@ import jsonschema
 import pytest
 import yaml
 
-from events.records import Record
 from functions.resources import inference, meta, rackai
+from functions.resources.wire import WireModel
 from tests.support.schemas import to_json_schema
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -34,7 +34,7 @@ SEED_DIRS = (ROOT.parent / "shared" / "seeds", ROOT / "tests" / "manifests" / "s
 
 Obj = dict[str, Any]
 
-MODELS: dict[tuple[str, str], tuple[type[Record], str]] = {
+MODELS: dict[tuple[str, str], tuple[type[WireModel], str]] = {
     ("rackai.rackspace.com/v1alpha1", "LoRAAdapter"): (
         rackai.LoRAAdapter,
         "rackai.rackspace.com_loraadapters.yaml",
@@ -237,7 +237,7 @@ ALL_OBJECTS = {**FIXTURES, **example_objects()}
 
 def roundtrip(obj: Obj) -> Obj:
     model_type, _ = MODELS[(obj["apiVersion"], obj["kind"])]
-    result: Obj = model_type.parse(obj).to_json()
+    result: Obj = model_type.model_validate(obj).to_wire()
     return result
 
 
@@ -318,7 +318,7 @@ def test_condition_model_direct() -> None:
     built = meta.Condition(
         type="Loaded", status="False", reason="Pending", last_transition_time="2026-03-01T10:00:05Z"
     )
-    assert built.to_json() == {
+    assert built.to_wire() == {
         "type": "Loaded",
         "status": "False",
         "reason": "Pending",

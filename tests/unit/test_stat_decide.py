@@ -24,7 +24,7 @@ def adapter(status: dict[str, Any] | None = None) -> LoRAAdapter:
     }
     if status is not None:
         body["status"] = status
-    return LoRAAdapter.parse(body)
+    return LoRAAdapter.model_validate(body)
 
 
 ADMITTED = {
@@ -114,10 +114,10 @@ BASE = {"conditions": [ADMITTED], "storageRef": {"path": DIR}, "observedGenerati
     ],
 )
 def test_decide(before: dict[str, Any] | None, listing: list[StoredFile], expected: dict[str, Any]) -> None:
-    result = decide(adapter(before), listing, NOW).to_json()
+    result = decide(adapter(before), listing, NOW).to_wire()
     assert result == expected
     # applying the same listing again changes nothing (duplicates are no-ops)
-    assert decide(adapter(result), listing, NOW).to_json() == result
+    assert decide(adapter(result), listing, NOW).to_wire() == result
 
 
 @pytest.mark.parametrize(
@@ -133,7 +133,7 @@ def test_listing_dir(status: dict[str, Any] | None, expected: str) -> None:
 
 
 def test_listing_dir_none_for_impossible_model() -> None:
-    bad = LoRAAdapter.parse({"metadata": {"name": "a", "namespace": "ns"}, "spec": {"model": "X_Y"}})
+    bad = LoRAAdapter.model_validate({"metadata": {"name": "a", "namespace": "ns"}, "spec": {"model": "X_Y"}})
     assert listing_dir(bad) is None
 
 
@@ -142,7 +142,7 @@ def test_observation_ignores_conditions() -> None:
 
 
 def declaring(*paths: str) -> LoRAAdapter:
-    return LoRAAdapter.parse(
+    return LoRAAdapter.model_validate(
         {
             "metadata": {"name": "a", "namespace": "ns", "generation": 1},
             "spec": {"model": "llama", "integrity": {"md5": dict.fromkeys(paths, M1)}},
@@ -168,7 +168,7 @@ def test_recorded(declared: tuple[str, ...], max_files: int, expected: list[str]
 
 def test_decide_truncated_keeps_the_total_size() -> None:
     listing = [StoredFile(path=DIR + f"f{i}", size=1024, md5=None) for i in range(4)]
-    status = decide(adapter(BASE), listing, NOW, max_files=1).to_json()
+    status = decide(adapter(BASE), listing, NOW, max_files=1).to_wire()
     assert status["files"] == [{"path": DIR + "f0", "size": 1024}]
     assert status["size"] == "4Ki"
     assert status["phase"] == "Processing"

@@ -122,7 +122,7 @@ def records(stream: io.StringIO, function: str) -> list[dict[str, Any]]:
 
 
 def ready() -> AdapterReady:
-    ref = AdapterRef.parse(
+    ref = AdapterRef.model_validate(
         {"apiVersion": "rackai.rackspace.com/v1alpha1", "namespace": "team-a", "name": "finance"}
     )
     return AdapterReady(adapter=ref)

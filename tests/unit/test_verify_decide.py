@@ -22,7 +22,7 @@ def adapter(md5: dict[str, str] | None, status: dict[str, Any]) -> LoRAAdapter:
     spec: dict[str, Any] = {"model": "llama"}
     if md5 is not None:
         spec["integrity"] = {"md5": md5}
-    return LoRAAdapter.parse(
+    return LoRAAdapter.model_validate(
         {"metadata": {"name": "a", "namespace": "ns", "generation": 3}, "spec": spec, "status": status}
     )
 
@@ -210,7 +210,7 @@ def test_decide(
     hashed: dict[str, str | None],
     expected: dict[str, Any],
 ) -> None:
-    assert decide(adapter(md5, status), hashed, NOW).to_json() == expected
+    assert decide(adapter(md5, status), hashed, NOW).to_wire() == expected
 
 
 def test_verdict_of() -> None:
