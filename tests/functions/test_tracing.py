@@ -12,11 +12,11 @@ from cloudevents.conversion import to_binary
 from cloudevents.http import CloudEvent, from_http
 
 from devstack.standins.notifications import webhook_body
-from events.domain import ADAPTER_DRIFTED, FILE_CHANGED
+from events.domain import ADAPTER_ADMITTED, ADAPTER_DRIFTED, FILE_CHANGED
 from events.external import AWS_SQS, PING
 from events.schema_urls import schema_file
 from functions.logic.seaweed_event import EntryInfo, Notification, encode_event_notification
-from functions.resources.kinds import VLLM_ADAPTER
+from functions.resources.kinds import MODEL, VLLM_ADAPTER
 from tests.support.testbed import Testbed
 
 TRACEPARENT = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
@@ -81,3 +81,16 @@ def test_every_resync_nudge_carries_the_ticks_trace(world: Testbed) -> None:
     nudges = [e for e in world.sink.of_type(ADAPTER_DRIFTED) if e.get_data()["adapter"]["namespace"] == ns]
     assert len(nudges) == 2
     assert {(e["traceparent"], e["tracestate"]) for e in nudges} == {tuple(TRACE.values())}
+
+
+def test_admits_re_admissions_carry_the_model_events_trace(world: Testbed) -> None:
+    ns = world.namespace()
+    for name in ("wait-a", "wait-b"):  # their Model is missing: ModelNotFound, waiting for it
+        created = world.create(VLLM_ADAPTER, ns, {"metadata": {"name": name}, "spec": {"model": "llama"}})
+        assert world.post("admit", world.apiserver_event("add", created)).status_code == 200
+    world.sink.clear()
+    model = world.create(MODEL, ns, {"metadata": {"name": "llama"}, "spec": {}})
+    assert post(world, "admit", world.apiserver_event("add", model)).status_code == 204
+    admitted = [e for e in world.sink.of_type(ADAPTER_ADMITTED) if e.get_data()["adapter"]["namespace"] == ns]
+    assert sorted(e.get_data()["adapter"]["name"] for e in admitted) == ["wait-a", "wait-b"]
+    assert {e["traceparent"] for e in admitted} == {TRACE["traceparent"]}
