@@ -198,3 +198,11 @@ def test_one_eventtype_per_catalog_type_with_the_published_schema(workdir: str) 
         else:
             assert spec["source"] == sample(entry)["source"]
     assert external.AWS_SQS not in {e["spec"]["type"] for e in of(render((), workdir), "EventType")}
+
+
+def test_the_config_maps_schema_base_is_the_eventtypes(workdir: str) -> None:
+    """dataschema (LORAFLOW_SCHEMA_BASE_URL + file) and each EventType's schema agree as shipped."""
+    (config,) = of(render((), workdir), "ConfigMap", "loraflow-config")
+    base = config["data"]["LORAFLOW_SCHEMA_BASE_URL"]
+    for eventtype in of(render(("sqs",), workdir), "EventType"):
+        assert eventtype["spec"]["schema"] == schema_url(eventtype["spec"]["type"], base)
