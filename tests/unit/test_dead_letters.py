@@ -7,8 +7,6 @@ from __future__ import annotations
 import base64
 import io
 import json
-import logging
-from collections.abc import Iterator
 from typing import Any
 
 import flask
@@ -18,25 +16,9 @@ from cloudevents.http import CloudEvent
 from prometheus_client.parser import text_string_to_metric_families
 
 from functions.dead_letters import dead_letters, error_data, status_code
-from functions.observability import REGISTRY, JsonFormatter
+from functions.observability import REGISTRY
 
 READY = "io.loraflow.adapter.ready.v1"
-
-
-@pytest.fixture
-def lines() -> Iterator[io.StringIO]:
-    stream = io.StringIO()
-    handler = logging.StreamHandler(stream)
-    handler.setFormatter(JsonFormatter())
-    logger = logging.getLogger("loraflow")
-    saved = logger.level
-    logger.addHandler(handler)
-    logger.setLevel(logging.INFO)
-    try:
-        yield stream
-    finally:
-        logger.removeHandler(handler)
-        logger.setLevel(saved)
 
 
 def post(event: CloudEvent) -> flask.Response:

@@ -21,7 +21,7 @@ from events.domain import ADAPTER_READY, AdapterReady, AdapterRef
 from events.schema_urls import schema_url
 from functions import _edge, tracing
 from functions.adapters.broker import Broker
-from functions.observability import JsonFormatter, rfc3339_millis
+from functions.observability import rfc3339_millis
 
 TRACE_ID = "4bf92f3577b34da6a3ce929d0e0e4736"
 PARENT = "00f067aa0ba902b7"
@@ -100,22 +100,6 @@ def test_new_traces_are_valid_and_distinct() -> None:
 
 
 # -- through the edge ----------------------------------------------------------------------------------
-@pytest.fixture
-def lines() -> Iterator[io.StringIO]:
-    stream = io.StringIO()
-    handler = logging.StreamHandler(stream)
-    handler.setFormatter(JsonFormatter())
-    logger = logging.getLogger("loraflow")
-    saved = logger.level
-    logger.addHandler(handler)
-    logger.setLevel(logging.INFO)
-    try:
-        yield stream
-    finally:
-        logger.removeHandler(handler)
-        logger.setLevel(saved)
-
-
 def records(stream: io.StringIO, function: str) -> list[dict[str, Any]]:
     parsed = [json.loads(line) for line in stream.getvalue().splitlines() if line.strip()]
     return [r for r in parsed if r.get("function") == function]

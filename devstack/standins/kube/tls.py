@@ -63,6 +63,21 @@ def _name(common_name: str) -> x509.Name:
     )
 
 
+def _key_usage(signs_certificates: bool) -> x509.KeyUsage:
+    """Digital signatures (an EC key's TLS handshakes), and for the CA certificate signing."""
+    return x509.KeyUsage(
+        digital_signature=True,
+        content_commitment=False,
+        key_encipherment=False,
+        data_encipherment=False,
+        key_agreement=False,
+        key_cert_sign=signs_certificates,
+        crl_sign=signs_certificates,
+        encipher_only=False,
+        decipher_only=False,
+    )
+
+
 def issue(directory: Path, names: tuple[str, ...] = LOOPBACK_NAMES) -> Certificate:
     """A new CA and a serving certificate for `names` (DNS names or IP addresses), EC P-256
     (fast to make), written into `directory` (keys 0600)."""
@@ -80,20 +95,7 @@ def issue(directory: Path, names: tuple[str, ...] = LOOPBACK_NAMES) -> Certifica
         .not_valid_before(start)
         .not_valid_after(end)
         .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
-        .add_extension(
-            x509.KeyUsage(
-                digital_signature=True,
-                content_commitment=False,
-                key_encipherment=False,
-                data_encipherment=False,
-                key_agreement=False,
-                key_cert_sign=True,
-                crl_sign=True,
-                encipher_only=False,
-                decipher_only=False,
-            ),
-            critical=True,
-        )
+        .add_extension(_key_usage(signs_certificates=True), critical=True)
         .add_extension(ca_ski, critical=False)
         .sign(ca_key, hashes.SHA256())
     )
@@ -114,20 +116,7 @@ def issue(directory: Path, names: tuple[str, ...] = LOOPBACK_NAMES) -> Certifica
         .not_valid_after(end)
         .add_extension(x509.SubjectAlternativeName(alternative), critical=False)
         .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
-        .add_extension(
-            x509.KeyUsage(
-                digital_signature=True,
-                content_commitment=False,
-                key_encipherment=False,
-                data_encipherment=False,
-                key_agreement=False,
-                key_cert_sign=False,
-                crl_sign=False,
-                encipher_only=False,
-                decipher_only=False,
-            ),
-            critical=True,
-        )
+        .add_extension(_key_usage(signs_certificates=False), critical=True)
         .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
         .add_extension(x509.AuthorityKeyIdentifier.from_issuer_subject_key_identifier(ca_ski), critical=False)
         .sign(ca_key, hashes.SHA256())
