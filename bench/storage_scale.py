@@ -1,6 +1,6 @@
 """6. Storage scale: stat + verify of an adapter directory of 10,000 files (paginated listing).
 
-An admitted adapter whose directory holds 10,000 files (filer stand-in, page size 1000):
+An admitted adapter whose directory holds 10,000 files (the real SeaweedFS filer, page size 1000):
 `adapter.admitted` -> stat (paginated listing, one status write with every file) and its
 `statcompleted` -> verify (declared MD5s against the listing, one status write). A fresh
 adapter per repetition. The status records LORAFLOW_STATUS_MAX_FILES (1,000) of the files,
@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import resource
+from concurrent.futures import ThreadPoolExecutor
 
 import httpx
 
@@ -63,12 +64,15 @@ def run(smoke: bool) -> Result:
             md5s = world.put_files(ns, name)
             declared[name] = set(md5s)
             base = world.adapter_dir(ns, name)
-            for i in range(files - len(md5s)):
-                world.filer.put_file(f"{base}extra/part-{i:05d}.bin", b"x")
+            with ThreadPoolExecutor(8) as pool:  # setup only: many small PUTs to the real filer
+                list(pool.map(lambda i, b=base: world.files.put_file(f"{b}extra/part-{i:05d}.bin", b"x"),
+                              range(files - len(md5s))))  # fmt: skip
             world.create(VLLM_ADAPTER, ns, {"metadata": {"name": name}, "spec": world.spec(md5s)})
             world.patch_status(VLLM_ADAPTER, ns, name, {"observedGeneration": 1})
         http = httpx.Client(timeout=60)
-        assert bare_listing(http, world.filer.url, world.adapter_dir(ns, names[0]) + "extra/", page_size)
+        assert bare_listing(
+            http, world.seaweed.server.url, world.adapter_dir(ns, names[0]) + "extra/", page_size
+        )
         rss_before, peak_before = _rss_mib(), _peak_mib()
         for name in names:
             admitted = w.event(ADAPTER_ADMITTED, {**w.adapter_data(VLLM_ADAPTER, ns, name), "generation": 1})
@@ -91,7 +95,9 @@ def run(smoke: bool) -> Result:
         for name in names:
             directory = world.adapter_dir(ns, name)
             bare.append(
-                timed(lambda d=directory: bare_listing(http, world.filer.url, d + "extra/", page_size))
+                timed(
+                    lambda d=directory: bare_listing(http, world.seaweed.server.url, d + "extra/", page_size)
+                )
             )
         http.close()
     value, reference = median_of(ours), median_of(bare)

@@ -27,6 +27,7 @@ from cloudevents.http import CloudEvent
 
 from bench import world as w
 from bench.common import Result, median_of, percentile
+from devstack.seaweedfs import shared
 from devstack.stack import Stack
 from events.domain import ADAPTER_DRIFTED, STEP_EXTENSION
 from functions.resources.kinds import MODEL as MODEL_KIND
@@ -74,7 +75,7 @@ def _setup(stack: Stack, adapters: list[str], replicas: int) -> None:
             VLLM_ADAPTER, {"metadata": {"name": name}, "spec": {"model": w.MODEL, "integrity": {"md5": md5s}}}
         )
         for path, content in files.items():
-            stack.filer.put_file(path, content)
+            stack.upload(path, content)
     replicas_of = [r for key, r in stack.workload.fleet.items() if key.startswith(NS + "/")]
     eventually(
         lambda: all(set(adapters) <= set(r.loaded) for r in replicas_of), 60, what="all loaded", interval=0.05
@@ -155,7 +156,7 @@ def run(smoke: bool) -> Result:
     sequential = 5 if smoke else 40
     steps = ("stat", "load")
     results: dict[str, dict[str, Any]] = {}
-    with Stack(ping_period=None, function_processes=True) as stack:
+    with Stack(ping_period=None, function_processes=True, seaweed=shared(), filer_proxy=False) as stack:
         _setup(stack, adapters, replicas=2)
         for step in steps:
             _burst(stack, step, adapters, max(10, count // 10))  # warm-up

@@ -34,6 +34,7 @@ import httpx
 from bench import world as w
 from bench.common import Result, median_of, percentile
 from devstack.eventing.broker import Faults
+from devstack.seaweedfs import shared
 from devstack.stack import Stack
 from functions.logic.paths import engine_path
 from functions.resources.kinds import MODEL as MODEL_KIND
@@ -145,13 +146,13 @@ def _measure_one(
     files = _files(name)
     _create_adapter(stack, name, _md5s(files))
     first, last = list(files.items())
-    stack.filer.put_file(*first)
+    stack.upload(*first)
     stack.settle(timeout=20, quiet=0.2)
     assert probe.conditions(name).get("Ready") != "True"
     before_last()
     ready_at: list[float] = []
     started = time.perf_counter()
-    stack.filer.put_file(*last)
+    stack.upload(*last)
     deadline = started + timeout
     while True:
         conditions = probe.conditions(name)
@@ -173,7 +174,7 @@ def _reference(stack: Stack, name: str, deployment: str, concurrency: int, steps
     md5s = _md5s(files)
     _create_adapter(stack, name, md5s)
     for path, content in files.items():
-        stack.filer.put_file(path, content)
+        stack.upload(path, content)
     stack.settle(timeout=20, quiet=0.1)
     kube = stack.kube.url.rstrip("/")
     auth = {"Authorization": f"Bearer {stack.kube.admin_token}"}
@@ -191,7 +192,7 @@ def _reference(stack: Stack, name: str, deployment: str, concurrency: int, steps
     with httpx.Client(timeout=30, verify=False) as http, ThreadPoolExecutor(concurrency) as pool:
         # warm the connections (the functions' clients are warm too)
         http.get(obj_url, headers=auth)
-        http.get(stack.filer.url + directory, headers={"Accept": "application/json"})
+        http.get(stack.seaweed.url + directory, headers={"Accept": "application/json"})
         started = time.perf_counter()
 
         def step(label: str) -> None:
@@ -199,7 +200,7 @@ def _reference(stack: Stack, name: str, deployment: str, concurrency: int, steps
 
         # stat
         http.get(obj_url, headers=auth).raise_for_status()
-        listing = http.get(stack.filer.url + directory, headers={"Accept": "application/json"}).json()
+        listing = http.get(stack.seaweed.url + directory, headers={"Accept": "application/json"}).json()
         entries = listing.get("Entries") or []
         status_files = [{"path": e["FullPath"], "size": e.get("FileSize") or 0} for e in entries]
         integrity = {
@@ -231,7 +232,7 @@ def _reference(stack: Stack, name: str, deployment: str, concurrency: int, steps
             f"{MODEL_DEPLOYMENT.plural}",
             headers=auth,
         ).raise_for_status()
-        http.get(stack.filer.url + directory + "adapter_config.json").raise_for_status()
+        http.get(stack.seaweed.url + directory + "adapter_config.json").raise_for_status()
         pods = http.get(
             f"{kube}/api/v1/namespaces/{NS}/pods",
             params={"labelSelector": f"{MODEL_DEPLOYMENT_LABEL}={deployment}"},
@@ -310,7 +311,7 @@ def run(smoke: bool) -> Result:
     results: dict[int, dict[str, Any]] = {}
     # the functions in their own processes, as in a cluster: in this one they would share one
     # interpreter (and its lock) with each other, the broker and every stand-in
-    with Stack(ping_period=None, function_processes=True) as stack:
+    with Stack(ping_period=None, function_processes=True, seaweed=shared(), filer_proxy=False) as stack:
         for replicas in sizes:
             results[replicas] = _size(stack, replicas, repeats, concurrency)
             # the deployment was deleted: let its replicas go before the next size (best effort)

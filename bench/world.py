@@ -1,7 +1,8 @@
 """A reusable bench fixture: the stand-ins and the real functions over HTTP, in this process.
 
-The same setup as the `world` fixture (tests/conftest.py) (Kubernetes stand-in with RBAC, filer, event
-sink, workload with engine replicas, every function served by functions-framework), as a
+The same setup as the `world` fixture (tests/conftest.py): Kubernetes stand-in with RBAC, the
+real SeaweedFS of the process (the functions call its filer directly, no fault proxy), event
+sink, workload with engine replicas, every function served by functions-framework; as a
 context manager, plus the few helpers the benchmarks share (ready adapters, deployments,
 CloudEvents, a synchronous router that follows the Triggers without the broker).
 """
@@ -92,11 +93,11 @@ class World(Testbed):
         }
 
     def put_files(self, namespace: str, name: str, rank: int = 16) -> dict[str, str]:
-        """The two files of an adapter, through the filer's Python API (no HTTP, no notification);
-        returns their MD5s by path (what `spec.integrity.md5` declares)."""
+        """The two files of an adapter, stored in the real filer (its webhook reaches no ingest
+        here: nothing is subscribed); returns their MD5s by path (`spec.integrity.md5`)."""
         files = self.adapter_files(namespace, name, rank)
         for path, content in files.items():
-            self.filer.put_file(path, content)
+            self.upload(path, content)
         return {path: _md5(content) for path, content in files.items()}
 
     def spec(self, md5s: dict[str, str]) -> dict[str, Any]:
@@ -107,7 +108,7 @@ class World(Testbed):
         its status as stat and verify leave it (the files' sizes and MD5s included)."""
         files = self.adapter_files(namespace, name)
         for path, content in files.items():
-            self.filer.put_file(path, content)
+            self.upload(path, content)
         self.create(VLLM_ADAPTER, namespace, {"metadata": {"name": name}, "spec": {"model": MODEL}})
         self.patch_status(
             VLLM_ADAPTER,
@@ -149,7 +150,7 @@ def world(functions: bool = True, **engine_defaults: Any) -> Iterator[World]:
     """Start the stand-ins (and the functions unless `functions=False`); stop them on exit."""
     logging.getLogger("werkzeug").setLevel(logging.WARNING)
     with (
-        testbed(World, functions, engine_timeout=10, **engine_defaults) as started,
+        testbed(World, functions, engine_timeout=10, filer_proxy=False, **engine_defaults) as started,
         environment(K_SINK=started.sink.url),
     ):
         yield started
@@ -158,7 +159,7 @@ def world(functions: bool = True, **engine_defaults: Any) -> Iterator[World]:
 def engine_path(world: World, namespace: str, name: str) -> str:
     from functions.logic.paths import engine_path as to_engine
 
-    return to_engine(str(world.data_dir), world.adapter_dir(namespace, name))
+    return to_engine(str(world.mount_root), world.adapter_dir(namespace, name))
 
 
 def direct_load(http: httpx.Client, url: str, name: str, path: str) -> None:

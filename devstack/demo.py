@@ -19,7 +19,6 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import partial
-from pathlib import Path
 from typing import Any
 
 import httpx
@@ -95,8 +94,8 @@ class StackUser:
         )
 
     def upload(self, path: str, content: bytes) -> str:
-        """PUT through the filer (fires its notifications); returns the MD5 (hex)."""
-        self.http.put(self.stack.filer.url + path, content=content).raise_for_status()
+        """Store through the stack's storage (filer or S3 gateway; it notifies); returns the MD5."""
+        self.stack.upload(path, content)
         return hashlib.md5(content, usedforsecurity=False).hexdigest()
 
     def pods(self, selector: str) -> list[dict[str, Any]]:
@@ -315,8 +314,11 @@ class Demo:
     def _seed1_dir(self, adapter: Adapter) -> str:
         return f"/loraadapters/{NAMESPACE}/{MODEL_NAME}/{adapter.name}/"
 
-    def _seed2_dir(self, adapter: Adapter) -> Path:
-        return self.stack.mount_root / "sglang-adapters" / adapter.name
+    def _seed2_storage_dir(self, adapter: Adapter) -> str:
+        return f"/sglang-adapters/{adapter.name}"
+
+    def _seed2_dir(self, adapter: Adapter) -> str:
+        return f"{self.stack.mount_root}{self._seed2_storage_dir(adapter)}"
 
     def _seed1_spec(self, adapter: Adapter, files: dict[str, bytes]) -> dict[str, Any]:
         md5 = {
@@ -332,11 +334,11 @@ class Demo:
         }
 
     def write_seed2(self, adapter: Adapter, files: dict[str, bytes]) -> None:
-        """Seed 2 has no storage step: its files are already at spec.path in the pods' volume."""
-        directory = self._seed2_dir(adapter)
-        directory.mkdir(parents=True, exist_ok=True)
+        """Seed 2 has no storage step: its files are already at spec.path, which the SGLang pods
+        see through their SeaweedFS mount (so they are put there through the storage)."""
+        directory = self._seed2_storage_dir(adapter)
         for name, content in files.items():
-            (directory / name).write_bytes(content)
+            self.cluster.upload(f"{directory}/{name}", content)
         self.say(
             f"{adapter.name}: adapter_config.json + weights placed at spec.path (the SGLang pods' volume)"
         )

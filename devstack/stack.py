@@ -6,11 +6,22 @@
 
 Parts (ARCHITECTURE.md section 7): the Kubernetes stand-in (CRDs from knative/crds, RBAC from
 knative/rbac; the functions and the watcher use their ServiceAccounts' tokens, so RBAC is
-enforced), the SeaweedFS filer (its data dir is the functions' LORAFLOW_MOUNT_ROOT, as a
-SeaweedFS mount is in a cluster) notifying ingest by webhook (default) or through SQS (moto)
-and the IntegrationSource stand-in, every function served by functions-framework, the broker
-routing by knative/triggers, the ApiServerSource and PingSource stand-ins, the workload
-stand-in (Pods and engine replicas), and an EventSink as the dead-letter sink.
+enforced), a real SeaweedFS (`weed server`, devstack.seaweedfs: master, volume, filer and,
+for the S3 backend, the S3 gateway) whose webhook queue notifies ingest, every function
+served by functions-framework, the broker routing by knative/triggers, the ApiServerSource
+and PingSource stand-ins, the workload stand-in (Pods and engine replicas that read adapter
+files through the filer, as through a SeaweedFS mount), and an EventSink as the dead-letter
+sink.
+
+Storage (`storage=`, else LORAFLOW_STORAGE as for the functions): "filer" (uploads through
+the filer's HTTP API) or "s3" (uploads through the real S3 gateway into the bucket
+`loraadapters`; the functions read it with boto3 and the engines through the filer folder
+/buckets/loraadapters). The functions reach the filer through a FaultProxy (`stack.filer`),
+so a test can make it fail without touching the real server (`stack.seaweed`).
+
+The webhook goes through a WebhookRelay (`stack.relay`) that forwards each delivery to ingest
+unchanged; it lets `settle()` know when the filer's notifications are out, and lets a test
+session share one SeaweedFS between stacks (`seaweed=devstack.seaweedfs.shared()`).
 """
 
 from __future__ import annotations
@@ -27,6 +38,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import boto3
+import httpx
 from kubernetes import client, config
 
 from devstack.eventing.apiserversource import ApiServerSource
@@ -42,18 +54,30 @@ from devstack.eventing.triggers import (
     subscriber_service,
 )
 from devstack.functions_host import FunctionHost, ProcessFunctionHost
-from devstack.standins.filer import FilerServer
+from devstack.seaweedfs import BUCKET, MOUNT_ROOT, FaultProxy, SeaweedServer, Shared, Webhook, WebhookRelay
 from devstack.standins.kube import KubeServer
-from devstack.standins.sqs_bridge import SqsBridge
 from devstack.workload import Workload
 from functions._edge import reset_deps
+from functions.adapters.storage import quote_path
 
 log = logging.getLogger("devstack.stack")
 
 FUNCTION_SERVICE_PREFIX = "loraflow-"
 DEAD_LETTER_SERVICE = "loraflow-dead-letters"
-QUEUE_NAME = "seaweedfs-notifications"
-AWS = {"region_name": "us-east-1", "aws_access_key_id": "testing", "aws_secret_access_key": "testing"}
+# The S3 gateway runs without IAM here and takes any key (seaweedfs-real.md section 1).
+AWS = {
+    "AWS_ACCESS_KEY_ID": "loraflow",
+    "AWS_SECRET_ACCESS_KEY": "loraflow",
+    "AWS_DEFAULT_REGION": "us-east-1",
+}
+Storage = Literal["filer", "s3"]
+
+
+def storage_from_env() -> Storage:
+    value = os.environ.get("LORAFLOW_STORAGE") or "filer"
+    if value not in ("filer", "s3"):
+        raise ValueError(f"LORAFLOW_STORAGE={value!r}: expected 'filer' or 's3'")
+    return "s3" if value == "s3" else "filer"
 
 
 def _quietly(stopper: Callable[[], None]) -> None:
@@ -61,6 +85,14 @@ def _quietly(stopper: Callable[[], None]) -> None:
         stopper()
     except Exception:
         log.exception("stopping %s failed", stopper)
+
+
+def _boto_credentials() -> dict[str, str]:
+    return {
+        "aws_access_key_id": AWS["AWS_ACCESS_KEY_ID"],
+        "aws_secret_access_key": AWS["AWS_SECRET_ACCESS_KEY"],
+        "region_name": AWS["AWS_DEFAULT_REGION"],
+    }
 
 
 def service_account_user(manifest: Mapping[str, Any], default_namespace: str) -> str:
@@ -73,7 +105,8 @@ class Stack:
 
     `function_processes`: each function in its own functions-framework process, as each
     Knative Service in a cluster (slower to start; what latency measurements want), instead
-    of in this process."""
+    of in this process. `filer_proxy=False`: the functions call the filer directly, without
+    the FaultProxy hop (the benchmarks)."""
 
     def __init__(
         self,
@@ -82,32 +115,33 @@ class Stack:
         ping_period: float | None = 5.0,
         engine_defaults: Mapping[str, Any] | None = None,
         faults: Faults | None = None,
-        notifications: Literal["webhook", "sqs"] = "webhook",
+        storage: Storage | None = None,
+        seaweed: Shared | None = None,
         time_scale: float = 1.0,
         manifests: Sequence[Mapping[str, Any]] | None = None,
         knative_dir: Path = KNATIVE_DIR,
         function_env: Mapping[str, str] | None = None,
         function_processes: bool = False,
+        filer_proxy: bool = True,
     ) -> None:
         self._own_dir = data_dir is None
         self.base = (
             Path(tempfile.mkdtemp(prefix="loraflow-devstack-")) if data_dir is None else Path(data_dir)
         )
-        self.mount_root = self.base / "filer"
+        self.mount_root = MOUNT_ROOT
         self.ping_period = ping_period
         self.engine_defaults = dict(engine_defaults or {})
         self.faults = faults
-        self.notifications = notifications
+        self.storage: Storage = storage or storage_from_env()
+        self.bucket = BUCKET
+        self._shared = seaweed
         self.time_scale = time_scale
         self.knative_dir = knative_dir
-        # SQS notifications need the optional part that brings them in (knative/components/sqs).
-        components = ("sqs",) if notifications == "sqs" else ()
-        self.manifests = (
-            [dict(m) for m in manifests] if manifests is not None else render(knative_dir, components)
-        )
+        self.manifests = [dict(m) for m in manifests] if manifests is not None else render(knative_dir)
         self.function_env = dict(function_env or {})
         self.function_processes = function_processes
-        self.webhook_token = secrets.token_hex(16)
+        self.filer_proxy = filer_proxy
+        self.webhook_token = seaweed.webhook_token if seaweed is not None else secrets.token_hex(16)
         self._stoppers: list[tuple[int, Callable[[], None]]] = []
         self._saved_env: dict[str, str | None] = {}
 
@@ -122,7 +156,6 @@ class Stack:
         try:
             self._start_kube()
             self._start_storage()
-            self._start_sqs()
             self._start_functions_and_broker()
             self._start_notifications()
             self._start_sources()
@@ -180,22 +213,27 @@ class Stack:
         return path
 
     def _start_storage(self) -> None:
-        self.mount_root.mkdir(parents=True, exist_ok=True)
-        self.filer = FilerServer(data_dir=self.mount_root).start()
+        if self._shared is not None:
+            self.seaweed, self.relay = self._shared.server, self._shared.relay
+        else:
+            self.relay = WebhookRelay().start()
+            self._on_stop(self.relay.stop, tier=3)
+            self.seaweed = SeaweedServer(
+                webhook=Webhook(self.relay.url, bearer_token=self.webhook_token),
+                s3=self.storage == "s3",
+                base_dir=self.base / "seaweedfs",
+            ).start()
+            self._on_stop(self.seaweed.stop)
+        self.filer = FaultProxy(self.seaweed.url).start()
         self._on_stop(self.filer.stop)
+        self._http = httpx.Client(timeout=30)
+        self._on_stop(self._http.close, tier=4)
+        if self.storage == "s3":
+            self.s3 = boto3.client("s3", endpoint_url=self.seaweed.s3_url, **_boto_credentials())
+            with contextlib.suppress(self.s3.exceptions.BucketAlreadyOwnedByYou):
+                self.s3.create_bucket(Bucket=self.bucket)
         self.sink = EventSink().start()
         self._on_stop(self.sink.stop)
-
-    def _start_sqs(self) -> None:
-        from moto.server import ThreadedMotoServer
-
-        self.moto = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-        self.moto.start()
-        self._on_stop(self.moto.stop)
-        host, port = self.moto.get_host_and_port()
-        self.sqs_url = f"http://{host}:{port}"
-        self.sqs = boto3.client("sqs", endpoint_url=self.sqs_url, **AWS)
-        self.queue_url: str = self.sqs.create_queue(QueueName=QUEUE_NAME)["QueueUrl"]
 
     def _start_functions_and_broker(self) -> None:
         brokers = of_kind(self.manifests, "Broker")
@@ -221,15 +259,19 @@ class Stack:
         """docs/contracts.md's configuration table, pointed at the stand-ins."""
         return {
             "KUBECONFIG": str(self._kubeconfig_for("loraflow-functions")),
-            "LORAFLOW_STORAGE": "filer",
-            "LORAFLOW_FILER_URL": self.filer.url,
+            "LORAFLOW_STORAGE": self.storage,
+            "LORAFLOW_FILER_URL": self.filer.url if self.filer_proxy else self.seaweed.url,
             "LORAFLOW_MOUNT_ROOT": str(self.mount_root),
+            **(self._s3_env() if self.storage == "s3" else {}),
             "LORAFLOW_BROKER_URL": self.broker.url,
             "K_SINK": self.broker.url,
             "LORAFLOW_WEBHOOK_TOKEN": self.webhook_token,
             "LORAFLOW_ENGINE_TIMEOUT": "5",
             **self.function_env,
         }
+
+    def _s3_env(self) -> dict[str, str]:
+        return {"LORAFLOW_S3_ENDPOINT": self.seaweed.s3_url, "LORAFLOW_S3_BUCKET": self.bucket, **AWS}
 
     def _resolve(self, destination: Mapping[str, Any]) -> str:
         """A Destination -> URL: Service `loraflow-<fn>` -> that function, the dead-letter Service
@@ -245,12 +287,9 @@ class Stack:
         raise ManifestError(f"cannot resolve destination {dict(destination)!r} to a local URL")
 
     def _start_notifications(self) -> None:
-        self.bridge = SqsBridge(self.sqs, self.queue_url, BrokerClient(self.broker.url)).start()
-        self._on_stop(self.bridge.stop, tier=0)
-        if self.notifications == "sqs":
-            self.filer.subscribe_sqs(self.sqs, self.queue_url)
-        else:
-            self.filer.subscribe_webhook(self.functions.urls["ingest"], bearer_token=self.webhook_token)
+        subscription = contextlib.ExitStack()
+        subscription.enter_context(self.relay.subscribed(self.functions.urls["ingest"]))
+        self._on_stop(subscription.close, tier=0)
 
     def _start_sources(self) -> None:
         sink = BrokerClient(self.broker.url)
@@ -270,7 +309,13 @@ class Stack:
             self._on_stop(ping.stop, tier=0)
 
     def _start_workload(self) -> None:
-        self.workload = Workload(self.api, mount_root=self.mount_root, **self.engine_defaults)
+        self.workload = Workload(
+            self.api,
+            mount_root=self.mount_root,
+            filer_url=self.seaweed.url,
+            filer_root=f"/buckets/{self.bucket}" if self.storage == "s3" else "",
+            **self.engine_defaults,
+        )
         self.workload.run()
         self._on_stop(self.workload.stop, tier=3)
 
@@ -291,10 +336,23 @@ class Stack:
         reset_deps()
 
     # -- what callers use ---------------------------------------------------------------------------------
+    def upload(self, path: str, content: bytes) -> None:
+        """Store a file as a user would on this stack's backend: a filer PUT, or an S3 PutObject
+        through the gateway (key = the path without its leading slash)."""
+        if self.storage == "s3":
+            self.s3.put_object(Bucket=self.bucket, Key=path.lstrip("/"), Body=content)
+        else:
+            self._http.put(self.seaweed.url + quote_path(path), content=content).raise_for_status()
+
     def settle(self, timeout: float = 10.0, quiet: float = 0.3) -> bool:
-        """Wait until notifications are out and the broker had nothing in flight for `quiet` s."""
-        self.filer.flush_notifications(timeout)
-        return self.broker.wait_idle(timeout, quiet=quiet)
+        """Wait until the filer's notifications so far are out, then until the broker had
+        nothing in flight for `quiet` s. The barrier is a marker file: the webhook queue has
+        one worker, so once the marker's notification went through, so did every earlier one."""
+        marker = f"/.settle/{secrets.token_hex(8)}"
+        self._http.put(self.seaweed.url + marker, content=b"").raise_for_status()
+        delivered = self.relay.await_key(marker, timeout)
+        self._http.delete(self.seaweed.url + marker)
+        return self.broker.wait_idle(timeout, quiet=quiet) and delivered
 
     @property
     def core(self) -> client.CoreV1Api:
@@ -311,6 +369,13 @@ class Stack:
             rows.append({"namespace": namespace, "pod": pod, "runtime": replica.engine, "url": replica.url})
         return rows
 
+    def storage_endpoints(self) -> dict[str, Any]:
+        """Where the files are: the backend, the real filer, and for S3 the gateway and bucket."""
+        found: dict[str, Any] = {"backend": self.storage, "filer": self.seaweed.url}
+        if self.storage == "s3":
+            found["s3"] = {"url": self.seaweed.s3_url, "bucket": self.bucket}
+        return found
+
     def endpoints(self) -> dict[str, Any]:
         """Everything a client needs, with exactly the keys `serve` writes to endpoints.json."""
         return {
@@ -321,9 +386,9 @@ class Stack:
                 "kubeconfig": str(self.admin_kubeconfig),
             },
             "filer": {"url": self.filer.url},
+            "storage": self.storage_endpoints(),
             "broker": {"url": self.broker.url},
             "functions": dict(self.functions.urls),
-            "sqs": {"url": self.sqs_url, "queue_url": self.queue_url},
             "engines": self.engines(),
         }
 

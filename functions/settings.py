@@ -38,6 +38,8 @@ class Settings(BaseModel):
     s3_endpoint: str | None = None
     s3_bucket: str = "loraadapters"
     s3_region: str = "us-east-1"
+    s3_buckets_dir: str = "/buckets"
+    """The filer folder that holds the S3 gateway's buckets (filer.toml `buckets_folder`)."""
     hash_max_bytes: int = Field(default=1 << 30, ge=0)
     mount_root: str = "/mnt/seaweedfs"
     load_concurrency: int = Field(default=10, ge=1, le=1000)
@@ -45,6 +47,8 @@ class Settings(BaseModel):
     max_lora_rank: int = Field(default=64, ge=1)
     webhook_token: SecretStr | None = None
     """Shown as '**********' in reprs and logs; `.get_secret_value()` where it is compared."""
+    publish_budget: float = Field(default=5.0, gt=0, le=60)
+    """Seconds ingest keeps retrying a publish to the Broker before it answers the filer 503."""
     broker_url: str | None = None
     kubeconfig: str | None = None
     schema_base_url: str = Field(default=DEFAULT_SCHEMA_BASE_URL, pattern=r"^https?://[^/]+")

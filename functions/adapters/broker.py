@@ -21,14 +21,20 @@ class Broker:
         self._url = url
         self._http = httpx.Client(timeout=timeout, verify=verify_for(url or ""))
 
-    def publish(self, event: CloudEvent) -> None:
+    def publish(self, event: CloudEvent, timeout: float | None = None) -> None:
+        """POST the event to the Broker; `timeout` caps this attempt (default: the client's)."""
         if not self._url:
             raise Retryable("no broker URL configured (K_SINK or LORAFLOW_BROKER_URL)")
         headers, body = to_binary(event)
         # Knative's ingress reads trace context from the W3C headers, not from ce-traceparent.
         headers.update(trace_headers(event))
         try:
-            response = self._http.post(self._url, headers=headers, content=body)
+            response = self._http.post(
+                self._url,
+                headers=headers,
+                content=body,
+                timeout=timeout if timeout else httpx.USE_CLIENT_DEFAULT,
+            )
         except httpx.HTTPError as err:
             raise Retryable(f"broker unreachable: {err}") from err
         if response.status_code >= 300:

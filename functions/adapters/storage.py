@@ -6,6 +6,10 @@
 - S3 (SeaweedFS S3 gateway, AWS, MinIO) via boto3: a plain 32-hex ETag is the MD5; an
   ETag with `-N` (multipart) is not (weed/s3api/filer_multipart.go, AWS docs).
 A missing MD5 is reported as None; the caller decides to hash by streaming or to wait.
+
+Every filer URL carries its path percent-encoded (`quote_path`): the filer decodes the URL
+path, so a name with `?`, `#`, `%` or a space sent raw would name another file (`w?x=1` read
+as `w` with a query) or none.
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ import hashlib
 import queue
 import re
 import threading
+import urllib.parse
 from collections import OrderedDict
 from collections.abc import Callable
 from typing import Any, NamedTuple, Protocol
@@ -51,6 +56,12 @@ class Storage(Protocol):
     def read_small(self, path: str, max_bytes: int) -> bytes | None:
         """The content of a small file (e.g. adapter_config.json); None when missing or too large."""
         ...
+
+
+def quote_path(path: str) -> str:
+    """A storage path as a URL path: every byte but unreserved characters and `/` percent-encoded
+    (RFC 3986; non-ASCII as UTF-8), so the filer decodes it back to exactly this path."""
+    return urllib.parse.quote(path, safe="/")
 
 
 def md5_from_base64(value: str | None) -> str | None:
@@ -139,7 +150,9 @@ class FilerStorage:
             response = self._get(directory, params=params, headers={"Accept": "application/json"})
             if response.status_code == 404:
                 return []
-            page = response.json()
+            page = _json_or_none(response)
+            if not isinstance(page, dict) or "Entries" not in page:
+                return []  # a file at that path, not a directory: the filer sent its content
             entries.extend(page.get("Entries") or [])
             if not page.get("ShouldDisplayLoadMore") or not page.get("LastFileName"):
                 return entries
@@ -153,7 +166,7 @@ class FilerStorage:
         than their sum; memory stays bounded by the queue (a few chunks).
         """
         try:
-            response = self._pool.request("GET", self._base + path, preload_content=False)
+            response = self._pool.request("GET", self._base + quote_path(path), preload_content=False)
         except urllib3.exceptions.HTTPError as err:
             raise StorageUnavailable(f"filer GET {path}: {err}") from err
         try:
@@ -175,12 +188,19 @@ class FilerStorage:
 
     def _get(self, path: str, **kwargs: Any) -> httpx.Response:
         try:
-            response = self._http.get(path, **kwargs)
+            response = self._http.get(quote_path(path), **kwargs)
         except httpx.HTTPError as err:
             raise StorageUnavailable(f"filer GET {path}: {err}") from err
         if response.status_code != 404:
             _raise_for_unavailable(response, path)
         return response
+
+
+def _json_or_none(response: httpx.Response) -> Any:
+    try:
+        return response.json()
+    except ValueError:
+        return None
 
 
 def _pipelined_md5(response: urllib3.BaseHTTPResponse, max_bytes: int) -> str | None:

@@ -1,6 +1,7 @@
 """A tiny, dependency-free codec for the protobuf wire format.
 
-Only what reading and writing SeaweedFS ``filer_pb`` messages needs: the four live wire types
+Only what reading SeaweedFS ``filer_pb`` messages needs (the tests encode with the official
+``protobuf`` runtime, so our decoder is never checked against our own encoder): the four live wire types
 (varint 0, 64-bit 1, length-delimited 2, 32-bit 5). Groups (3/4) are deprecated and rejected.
 
 Decoding returns ``{field_number: [value, ...]}`` in wire order: varints and fixed-width fields as
@@ -12,8 +13,6 @@ Reference: https://protobuf.dev/programming-guides/encoding/
 """
 
 from __future__ import annotations
-
-from collections.abc import Iterable
 
 __all__ = [
     "I32",
@@ -28,15 +27,6 @@ __all__ = [
     "decode_message",
     "decode_packed_varints",
     "decode_varint",
-    "encode_bool_field",
-    "encode_bytes_field",
-    "encode_fixed32_field",
-    "encode_fixed64_field",
-    "encode_packed_varints_field",
-    "encode_string_field",
-    "encode_tag",
-    "encode_varint",
-    "encode_varint_field",
     "get_bool",
     "get_bytes",
     "get_int",
@@ -201,59 +191,3 @@ def get_string(fields: Fields, number: int, *, what: str) -> str | None:
         return raw.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise ProtoDecodeError(f"{what}: string is not valid UTF-8 ({exc.reason})") from exc
-
-
-# --------------------------------------------------------------------------------------- encode
-
-
-def encode_varint(value: int) -> bytes:
-    """Base-128 varint; negative numbers are encoded as 64-bit two's complement (as int32/int64)."""
-    if value < 0:
-        value &= _U64
-    if value > _U64:
-        raise ValueError(f"value {value} does not fit in 64 bits")
-    out = bytearray()
-    while True:
-        byte = value & 0x7F
-        value >>= 7
-        if value:
-            out.append(byte | 0x80)
-        else:
-            out.append(byte)
-            return bytes(out)
-
-
-def encode_tag(field_number: int, wire_type: int) -> bytes:
-    if not 1 <= field_number <= _MAX_FIELD:
-        raise ValueError(f"invalid field number {field_number}")
-    if wire_type not in (VARINT, I64, LEN, I32):
-        raise ValueError(f"unsupported wire type {wire_type}")
-    return encode_varint((field_number << 3) | wire_type)
-
-
-def encode_varint_field(field_number: int, value: int) -> bytes:
-    return encode_tag(field_number, VARINT) + encode_varint(value)
-
-
-def encode_bool_field(field_number: int, value: bool) -> bytes:
-    return encode_varint_field(field_number, 1 if value else 0)
-
-
-def encode_fixed64_field(field_number: int, value: int) -> bytes:
-    return encode_tag(field_number, I64) + (value & _U64).to_bytes(8, "little")
-
-
-def encode_fixed32_field(field_number: int, value: int) -> bytes:
-    return encode_tag(field_number, I32) + (value & 0xFFFFFFFF).to_bytes(4, "little")
-
-
-def encode_bytes_field(field_number: int, value: bytes) -> bytes:
-    return encode_tag(field_number, LEN) + encode_varint(len(value)) + bytes(value)
-
-
-def encode_string_field(field_number: int, value: str) -> bytes:
-    return encode_bytes_field(field_number, value.encode("utf-8"))
-
-
-def encode_packed_varints_field(field_number: int, values: Iterable[int]) -> bytes:
-    return encode_bytes_field(field_number, b"".join(encode_varint(v) for v in values))

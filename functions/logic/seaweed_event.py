@@ -8,7 +8,10 @@ Two encodings travel:
   body back into bytes (see its docstring for how).
 * Go ``encoding/json`` of the generated struct (the ``webhook`` queue, ``weed/notification/webhook``):
   snake_case protobuf json tags with ``omitempty`` (false/0/""/empty omitted), ``[]byte`` as std
-  base64, int64/uint64 as JSON numbers. :func:`parse_webhook_message` / :func:`to_webhook_message`.
+  base64, int64/uint64 as JSON numbers. :func:`parse_webhook_message`.
+
+Only decoders live here: the tests feed them bytes the real filer sent and bytes the official
+``protobuf`` runtime encoded (tests/support/filer_pb.py), never bytes of our own encoding.
 
 Fields read (numbers from ``weed/pb/filer.proto``)::
 
@@ -40,11 +43,6 @@ from functions.logic.protowire import (
     as_signed64,
     decode_message,
     decode_packed_varints,
-    encode_bool_field,
-    encode_bytes_field,
-    encode_packed_varints_field,
-    encode_string_field,
-    encode_varint_field,
     get_bool,
     get_bytes,
     get_int,
@@ -61,12 +59,9 @@ __all__ = [
     "classify",
     "decode_event_notification",
     "decode_sqs_body",
-    "encode_event_notification",
     "event_type_of",
     "join_path",
     "parse_webhook_message",
-    "sqs_body_from_bytes",
-    "to_webhook_message",
 ]
 
 EventType = Literal["create", "update", "delete", "rename"]
@@ -172,68 +167,14 @@ def decode_event_notification(data: bytes) -> Notification:
     )
 
 
-# ------------------------------------------------------------------------------ protobuf encode
-
-
-def _encode_entry(entry: EntryInfo) -> bytes:
-    # proto3 marshalling omits zero values; field order follows the .proto numbering.
-    attrs = b""
-    if entry.file_size:
-        attrs += encode_varint_field(1, entry.file_size)
-    if entry.mtime:
-        attrs += encode_varint_field(2, entry.mtime)
-    if entry.file_mode:
-        attrs += encode_varint_field(3, entry.file_mode)
-    if entry.crtime:
-        attrs += encode_varint_field(6, entry.crtime)
-    if entry.mime:
-        attrs += encode_string_field(7, entry.mime)
-    if entry.md5:
-        attrs += encode_bytes_field(14, entry.md5)
-    out = b""
-    if entry.name:
-        out += encode_string_field(1, entry.name)
-    if entry.is_directory:
-        out += encode_bool_field(2, True)
-    # SeaweedFS always sets Attributes (EntryAttributeToPb), so emit it even when empty.
-    out += encode_bytes_field(4, attrs)
-    return out
-
-
-def encode_event_notification(notification: Notification) -> bytes:
-    """``proto.Marshal`` of the notification (zero values omitted, as proto3 does)."""
-    n = notification
-    out = b""
-    if n.old_entry is not None:
-        out += encode_bytes_field(1, _encode_entry(n.old_entry))
-    if n.new_entry is not None:
-        out += encode_bytes_field(2, _encode_entry(n.new_entry))
-    if n.delete_chunks:
-        out += encode_bool_field(3, True)
-    if n.new_parent_path:
-        out += encode_string_field(4, n.new_parent_path)
-    if n.is_from_other_cluster:
-        out += encode_bool_field(5, True)
-    if n.signatures:
-        out += encode_packed_varints_field(6, n.signatures)
-    return out
-
-
 # ------------------------------------------------------------------------------ SQS body
-
-
-def sqs_body_from_bytes(data: bytes) -> str:
-    """How our stand-in carries ``string(protobuf bytes)`` in an SQS body: latin-1, one code point
-    per byte (lossless). Real SQS would reject bodies with characters outside #x9 #xA #xD
-    #x20-#xD7FF #xE000-#xFFFD; moto does not validate characters, so the stand-in can send them."""
-    return data.decode("latin-1")
 
 
 def decode_sqs_body(body: str | bytes) -> Notification:
     """Turn an SQS ``MessageBody`` back into protobuf bytes and decode it.
 
     Go's ``string(bytes)`` is not text. Bytes arriving as ``bytes`` are decoded as they are. For a
-    ``str`` we try, in order: latin-1 (one code point per byte -- our stand-in's convention; only when
+    ``str`` we try, in order: latin-1 (one code point per byte, a lossless text form; only when
     every character is below U+0100), then UTF-8 (what a text transport does to bytes that happened
     to be valid UTF-8). Bytes that were not valid UTF-8 are lost by a UTF-8 transport (U+FFFD
     replacement characters); the error then says so.
@@ -260,53 +201,6 @@ def decode_sqs_body(body: str | bytes) -> Notification:
 
 
 # ------------------------------------------------------------------------------ webhook JSON
-
-
-def _b64(data: bytes) -> str:
-    return base64.b64encode(data).decode("ascii")
-
-
-def _entry_json(entry: EntryInfo) -> dict[str, Any]:
-    attrs: dict[str, Any] = {}
-    if entry.file_size:
-        attrs["file_size"] = entry.file_size
-    if entry.mtime:
-        attrs["mtime"] = entry.mtime
-    if entry.file_mode:
-        attrs["file_mode"] = entry.file_mode
-    if entry.crtime:
-        attrs["crtime"] = entry.crtime
-    if entry.mime:
-        attrs["mime"] = entry.mime
-    if entry.md5:
-        attrs["md5"] = _b64(entry.md5)
-    out: dict[str, Any] = {}
-    if entry.name:
-        out["name"] = entry.name
-    if entry.is_directory:
-        out["is_directory"] = True
-    out["attributes"] = attrs  # a non-nil pointer is not omitted by omitempty
-    return out
-
-
-def to_webhook_message(notification: Notification) -> dict[str, Any]:
-    """Go ``encoding/json`` of the generated ``*filer_pb.EventNotification`` (json tags
-    ``name,omitempty`` etc.): zero values omitted, bytes base64, int64 as numbers."""
-    n = notification
-    out: dict[str, Any] = {}
-    if n.old_entry is not None:
-        out["old_entry"] = _entry_json(n.old_entry)
-    if n.new_entry is not None:
-        out["new_entry"] = _entry_json(n.new_entry)
-    if n.delete_chunks:
-        out["delete_chunks"] = True
-    if n.new_parent_path:
-        out["new_parent_path"] = n.new_parent_path
-    if n.is_from_other_cluster:
-        out["is_from_other_cluster"] = True
-    if n.signatures:
-        out["signatures"] = list(n.signatures)
-    return out
 
 
 def _json_int(obj: Mapping[str, Any], key: str, what: str) -> int:

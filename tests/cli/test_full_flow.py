@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from devstack.seaweedfs import shared
 from devstack.stack import Stack
 from functions.resources.kinds import MODEL, MODEL_DEPLOYMENT, VLLM_ADAPTER, Kind
 from loraflow.cli import main
@@ -21,7 +22,7 @@ MODEL_NAME = "llama3-8b"
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Stack, Path]]:
     base = tmp_path_factory.mktemp("fullstack")
-    with Stack(base / "stack", ping_period=None) as running:
+    with Stack(base / "stack", ping_period=None, seaweed=shared()) as running:
         endpoints = base / "endpoints.json"
         endpoints.write_text(json.dumps(running.endpoints()))
         yield running, endpoints

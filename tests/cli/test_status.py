@@ -44,9 +44,12 @@ def pods(stack: CliStack, namespace: str, selector: str) -> list[str]:
     return sorted(p["metadata"]["name"] for p in stack.workload.pods(namespace, selector))
 
 
+CONFIG = b'{"peft_type": "LORA", "r": 8, "target_modules": ["q_proj"]}'
+
+
 def write_adapter_dir(root: Path) -> None:
     root.mkdir(parents=True, exist_ok=True)
-    (root / "adapter_config.json").write_text('{"peft_type": "LORA", "r": 8, "target_modules": ["q_proj"]}')
+    (root / "adapter_config.json").write_bytes(CONFIG)
     (root / "adapter_model.safetensors").write_bytes(os.urandom(1024))
 
 
@@ -71,8 +74,11 @@ def scene(stack: CliStack, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -
         namespace,
         {"metadata": {"name": "qwen"}, "spec": {"runtime": "sglang", "model": "qwen", "replicas": 1}},
     )
-    sg_dir = stack.data_dir / "sglang" / namespace / "support"
-    write_adapter_dir(sg_dir)
+    # The SGLang pod sees this directory through its SeaweedFS mount.
+    sg_storage = f"/sglang/{namespace}/support"
+    stack.filer.put_file(sg_storage + "/adapter_config.json", CONFIG)
+    stack.filer.put_file(sg_storage + "/adapter_model.safetensors", os.urandom(1024))
+    sg_dir = stack.mount_root / sg_storage.lstrip("/")
     create(
         stack,
         SGLANG_ADAPTER,
@@ -115,7 +121,7 @@ def scene(stack: CliStack, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -
     vllm_pods = pods(stack, namespace, "rackai.rackspace.com/model-deployment=llama")
     sglang_pods = pods(stack, namespace, "inference.rackai.rackspace.com/inference-service=qwen")
     first = stack.workload.replica(namespace, vllm_pods[0])
-    lora_path = str(stack.data_dir / "loraadapters" / namespace / MODEL / "finance")
+    lora_path = str(stack.mount_root / "loraadapters" / namespace / MODEL / "finance")
     httpx.post(first.url + "/v1/load_lora_adapter", json={"lora_name": "finance", "lora_path": lora_path})
     sglang = stack.workload.replica(namespace, sglang_pods[0])
     httpx.post(sglang.url + "/load_lora_adapter", json={"lora_name": "support-v2", "lora_path": str(sg_dir)})

@@ -1,4 +1,9 @@
-"""ingest over real HTTP: the SeaweedFS webhook (JSON, bearer token) and the aws-sqs CloudEvent."""
+"""ingest over real HTTP: the SeaweedFS webhook (JSON, bearer token) and the aws-sqs CloudEvent.
+
+Webhook bodies have the real filer's shape (seaweedfs-real.md section 2: chunks, inode,
+signatures, delete_chunks); SQS bodies are encoded by the official protobuf runtime
+(tests.support.filer_pb). What the real filer sends end to end: tests/functions/test_seaweedfs.py.
+"""
 
 from __future__ import annotations
 
@@ -12,10 +17,10 @@ import httpx
 import pytest
 from cloudevents.http import CloudEvent, from_http
 
-from devstack.standins.notifications import webhook_body
+from devstack.seaweedfs import FaultProxy
 from events.domain import FILE_CHANGED
 from events.external import AWS_SQS
-from functions.logic.seaweed_event import EntryInfo, Notification, encode_event_notification
+from tests.support import filer_pb
 from tests.support.testbed import Testbed
 
 DIR = "/loraadapters/ns1/llama/a"
@@ -23,9 +28,45 @@ CONTENT = b"weights"
 MD5 = hashlib.md5(CONTENT, usedforsecurity=False).hexdigest()
 
 
-def created(parent: str = DIR, name: str = "w.safetensors", directory: bool = False) -> Notification:
-    entry = EntryInfo(name=name, is_directory=directory, file_size=len(CONTENT), md5=bytes.fromhex(MD5))
-    return Notification(new_entry=entry, new_parent_path=parent)
+def entry_json(name: str, directory: bool = False, md5: str | None = MD5) -> dict[str, Any]:
+    """A filer Entry as the webhook's Go encoding/json writes it (omitempty, base64 md5)."""
+    if directory:
+        attributes = {
+            "mtime": 1796109979,
+            "file_mode": 2147484153,
+            "crtime": 1796109979,
+            "ctime": -62135596800,
+        }
+        return {"name": name, "is_directory": True, "attributes": attributes}
+    attributes = {"file_size": len(CONTENT), "mtime": 1796109979, "file_mode": 432, "crtime": 1796109979,
+                  "inode": 13080058405695252649, "ctime": -62135596800}  # fmt: skip
+    if md5:
+        attributes["md5"] = base64.b64encode(bytes.fromhex(md5)).decode()
+    chunk = {
+        "size": len(CONTENT),
+        "modified_ts_ns": 1796109979565793763,
+        "fid": {"volume_id": 7, "file_key": 2},
+    }
+    return {"name": name, "chunks": [chunk], "attributes": attributes}
+
+
+def created(parent: str = DIR, name: str = "w.safetensors", directory: bool = False) -> dict[str, Any]:
+    return {
+        "new_entry": entry_json(name, directory),
+        "delete_chunks": not directory,
+        "new_parent_path": parent,
+        "signatures": [1927035721],
+    }
+
+
+def webhook_body(key: str, event_type: str, message: dict[str, Any]) -> dict[str, Any]:
+    return {"event_type": event_type, "key": key, "message": message}
+
+
+def created_pb(parent: str = DIR, name: str = "w.safetensors") -> bytes:
+    return filer_pb.notification(
+        new=filer_pb.entry(name, size=len(CONTENT), md5_hex=MD5), new_parent_path=parent
+    )
 
 
 def post_webhook(world: Testbed, body: Any, token: str | None = None) -> httpx.Response:
@@ -56,9 +97,56 @@ def test_webhook_without_broker_replies_in_the_response(world: Testbed) -> None:
 
 
 def test_webhook_broker_down_is_retryable(world: Testbed) -> None:
-    with world.settings(LORAFLOW_BROKER_URL="http://127.0.0.1:9"):
+    with world.settings(LORAFLOW_BROKER_URL="http://127.0.0.1:9", LORAFLOW_PUBLISH_BUDGET="0.3"):
         response = post_webhook(world, webhook_body(f"{DIR}/w.safetensors", "create", created()))
     assert response.status_code == 503
+
+
+def test_webhook_retries_its_publish_instead_of_counting_on_a_redelivery(world: Testbed) -> None:
+    """SeaweedFS 4.48 posts once: a Broker that fails three times must not lose the event."""
+    path = f"{DIR}/{secrets.token_hex(4)}.safetensors"
+    with FaultProxy(world.sink.url) as broker, world.settings(LORAFLOW_BROKER_URL=broker.url):
+        broker.inject(503, times=3)
+        response = post_webhook(world, webhook_body(path, "create", created(name=path.rsplit("/", 1)[1])))
+        assert response.status_code == 204, response.text
+        assert broker.requests == 4
+    assert world.sink.wait_for(FILE_CHANGED, 1)
+    assert [e["subject"] for e in world.sink.of_type(FILE_CHANGED) if e["subject"] == path] == [path]
+
+
+def test_webhook_gives_up_when_the_budget_is_spent(world: Testbed) -> None:
+    with FaultProxy(world.sink.url) as broker:
+        broker.inject(503, times=None)
+        with world.settings(LORAFLOW_BROKER_URL=broker.url, LORAFLOW_PUBLISH_BUDGET="0.4"):
+            response = post_webhook(world, webhook_body(f"{DIR}/w.safetensors", "create", created()))
+        assert response.status_code == 503
+        assert 2 <= broker.requests <= 10  # backoff 50, 100, 200 ms... inside 0.4 s
+
+
+def test_s3_gateway_paths_are_mapped_to_the_adapter_layout(world: Testbed) -> None:
+    key = f"/buckets/loraadapters{DIR}/w.safetensors"
+    with world.settings(LORAFLOW_BROKER_URL="", LORAFLOW_STORAGE="s3"):
+        event = reply(
+            post_webhook(world, webhook_body(key, "create", created(f"/buckets/loraadapters{DIR}")))
+        )
+    assert event["subject"] == f"{DIR}/w.safetensors"
+    assert event.get_data()["path"] == f"{DIR}/w.safetensors"
+
+
+def test_paths_the_backend_cannot_map_are_2xx_and_logged_once(
+    world: Testbed, caplog: pytest.LogCaptureFixture
+) -> None:
+    folder = f"/elsewhere-{secrets.token_hex(3)}"
+    with world.settings(LORAFLOW_BROKER_URL="", LORAFLOW_STORAGE="s3"), caplog.at_level("INFO", "loraflow"):
+        for name in ("a", "b", "c"):  # a filer path outside the bucket; the S3 backend has no use for it
+            assert (
+                post_webhook(
+                    world, webhook_body(f"{folder}/x/{name}", "create", created(f"{folder}/x", name))
+                ).status_code
+                == 204
+            )
+    noted = [r for r in caplog.records if r.name == "loraflow.ingest" and folder in r.getMessage()]
+    assert len(noted) == 1, [r.getMessage() for r in noted]
 
 
 def test_webhook_token(world: Testbed) -> None:
@@ -70,9 +158,12 @@ def test_webhook_token(world: Testbed) -> None:
 
 
 def test_webhook_rename(world: Testbed) -> None:
-    old = EntryInfo(name="tmp.upload", file_size=len(CONTENT))
-    new = EntryInfo(name="w.safetensors", file_size=len(CONTENT), md5=bytes.fromhex(MD5))
-    note = Notification(old_entry=old, new_entry=new, new_parent_path=DIR)
+    note = {
+        "old_entry": entry_json("tmp.upload"),
+        "new_entry": entry_json("w.safetensors"),
+        "new_parent_path": DIR,
+        "signatures": [1927035721],
+    }
     with world.settings(LORAFLOW_BROKER_URL=""):
         event = reply(post_webhook(world, webhook_body(f"{DIR}/tmp.upload", "rename", note)))
     assert event["subject"] == f"{DIR}/tmp.upload"
@@ -92,7 +183,7 @@ def test_webhook_rename(world: Testbed) -> None:
         pytest.param(DIR, created("/loraadapters/ns1/llama", "a", directory=True), id="directory"),
     ],
 )
-def test_webhook_ignored(world: Testbed, key: str, note: Notification) -> None:
+def test_webhook_ignored(world: Testbed, key: str, note: dict[str, Any]) -> None:
     with world.settings(LORAFLOW_BROKER_URL=""):
         assert post_webhook(world, webhook_body(key, "create", note)).status_code == 204
 
@@ -146,7 +237,7 @@ def sqs_event(data: Any, key: str | None = None) -> CloudEvent:
     "structured", [pytest.param(False, id="binary"), pytest.param(True, id="structured")]
 )
 def test_sqs_event_raw_bytes_without_key(world: Testbed, structured: bool) -> None:
-    event = reply(world.post("ingest", sqs_event(encode_event_notification(created())), structured))
+    event = reply(world.post("ingest", sqs_event(created_pb()), structured))
     assert event["subject"] == f"{DIR}/w.safetensors"
 
 
@@ -154,7 +245,7 @@ def test_sqs_event_raw_bytes_without_key(world: Testbed, structured: bool) -> No
     "structured", [pytest.param(False, id="binary"), pytest.param(True, id="structured")]
 )
 def test_sqs_event_base64_string_with_key(world: Testbed, structured: bool) -> None:
-    data = base64.b64encode(encode_event_notification(created())).decode()
+    data = filer_pb.as_base64(created_pb())
     event = reply(world.post("ingest", sqs_event(data, key=f"{DIR}/w.safetensors"), structured))
     assert event.get_data()["md5"] == MD5
 
@@ -164,12 +255,12 @@ def test_sqs_event_base64_string_with_key(world: Testbed, structured: bool) -> N
     [
         pytest.param(b"\x0a\xff\xff", None, "EventNotification", id="truncated-protobuf"),
         pytest.param(
-            encode_event_notification(Notification(old_entry=EntryInfo(name="w"))),
+            filer_pb.notification(old=filer_pb.entry("w")),
             None,
             "no `key`",
             id="no-key",
         ),
-        pytest.param(encode_event_notification(created()), f"{DIR}/../x", "not normalised", id="bad-key"),
+        pytest.param(created_pb(), f"{DIR}/../x", "not normalised", id="bad-key"),
     ],
 )
 def test_sqs_event_rejects(world: Testbed, data: bytes, key: str | None, needle: str) -> None:
@@ -179,7 +270,7 @@ def test_sqs_event_rejects(world: Testbed, data: bytes, key: str | None, needle:
 
 
 def test_sqs_event_for_another_path_is_ignored(world: Testbed) -> None:
-    data = encode_event_notification(created("/buckets/x", "y"))
+    data = created_pb("/buckets/x", "y")
     assert world.post("ingest", sqs_event(data)).status_code == 204
 
 

@@ -45,7 +45,7 @@ def seed1(world: Testbed, replicas: int = 5) -> tuple[str, str, list[str]]:
     world.workload.sync()
     pods = sorted(p["metadata"]["name"] for p in world.workload.pods(ns, f"{MODEL_DEPLOYMENT_LABEL}=d1"))
     assert len(pods) == replicas
-    return ns, f"{world.data_dir}{directory}", pods
+    return ns, f"{world.mount_root}{directory}", pods
 
 
 def ready(world: Testbed, ns: str) -> httpx.Response:

@@ -28,7 +28,7 @@ def make_adapter(world: Testbed, ns: str, name: str, model: str = "m1") -> str:
         {"metadata": {"name": name, "finalizers": ["loraflow.io/unload"]}, "spec": {"model": model}},
     )
     world.mark_ready(ns, name, directory + "/")
-    return f"{world.data_dir}{directory}"
+    return f"{world.mount_root}{directory}"
 
 
 def pods(world: Testbed, ns: str, md: str) -> list[str]:

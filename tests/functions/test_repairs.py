@@ -44,8 +44,8 @@ def test_a_lost_verify_is_repaired_by_the_stat_nudge(world: Testbed) -> None:
     stuck short of a verdict. A resync nudge to stat must lead on to verify even though the
     observation itself did not change."""
     ns, directory = setup_adapter(world, Flow(world))
-    world.filer.put_file(directory + "adapter_config.json", CONFIG)
-    world.filer.put_file(directory + "adapter_model.safetensors", WEIGHTS)
+    world.upload(directory + "adapter_config.json", CONFIG)
+    world.upload(directory + "adapter_model.safetensors", WEIGHTS)
     changed = world.event(
         FILE_CHANGED, {"path": directory + "adapter_model.safetensors", "eventType": "create"}
     )
@@ -119,7 +119,7 @@ def test_a_copy_left_behind_by_a_deleted_adapter_is_found_and_unloaded(world: Te
     )
     (pod,) = [p["metadata"]["name"] for p in world.workload.pods(ns, f"{MODEL_DEPLOYMENT_LABEL}=d1")]
     replica = world.workload.replica(ns, pod)
-    path = f"{world.data_dir}/loraadapters/{ns}/m1/a1"
+    path = f"{world.mount_root}/loraadapters/{ns}/m1/a1"
     assert httpx.post(
         f"{replica.url}/v1/load_lora_adapter", json={"lora_name": "a1", "lora_path": path}
     ).is_success

@@ -41,7 +41,7 @@ def v1_adapter(world: Testbed, ns: str, name: str, condition: dict[str, Any] | N
     if condition is not None:
         status = {"observedGeneration": 1, "conditions": [condition], "storageRef": {"path": directory + "/"}}
         set_status(world, VLLM_ADAPTER, ns, name, status)
-    return f"{world.data_dir}{directory}"
+    return f"{world.mount_root}{directory}"
 
 
 def v2_adapter(world: Testbed, ns: str, name: str, handle: str, admit: bool = True) -> str:

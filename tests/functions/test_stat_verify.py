@@ -156,7 +156,7 @@ def test_deleted_file_goes_back_to_waiting(world: Testbed) -> None:
     ns, directory = setup_adapter(world, flow)
     upload_both(world, directory)
     flow.send("stat", changed(world, directory + CONFIG_NAME))
-    assert world.filer.delete(directory + WEIGHTS_NAME)
+    assert world.files.delete(directory + WEIGHTS_NAME) == 204
     replies = flow.send("stat", changed(world, directory + WEIGHTS_NAME, "delete"))
     assert [r["type"] for r in replies] == [ADAPTER_STAT_COMPLETED]
     status = status_of(world, ns)
@@ -170,7 +170,7 @@ def test_missing_backend_md5_is_hashed_or_reported(world: Testbed) -> None:
     flow = Flow(world)
     ns, directory = setup_adapter(world, flow)
     upload_both(world, directory)
-    world.filer.set_md5_missing(directory + WEIGHTS_NAME)
+    world.files.write_without_md5(directory + WEIGHTS_NAME, WEIGHTS)
     with world.settings(LORAFLOW_HASH_MAX_BYTES="1"):
         flow.send("stat", changed(world, directory + WEIGHTS_NAME))
         condition = ready_condition(world, ns)
@@ -284,7 +284,7 @@ def test_a_directory_too_large_for_one_status_records_the_declared_files_first(w
     ns, directory = setup_adapter(world, flow)
     extras = [f"{directory}aa-extra-{i:02d}.bin" for i in range(6)]  # sort before the declared
     for path in extras:
-        world.filer.put_file(path, b"x")
+        world.upload(path, b"x")
     with world.settings(LORAFLOW_STATUS_MAX_FILES="4"):
         upload_both(world, directory)
         replies = flow.send("stat", changed(world, directory + WEIGHTS_NAME))

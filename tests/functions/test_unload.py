@@ -35,7 +35,7 @@ def make_adapter(world: Testbed, ns: str, name: str) -> str:
         VLLM_ADAPTER, ns, {"metadata": {"name": name, "finalizers": [FINALIZER]}, "spec": {"model": "m1"}}
     )
     world.mark_ready(ns, name, directory + "/")
-    return f"{world.data_dir}{directory}"
+    return f"{world.mount_root}{directory}"
 
 
 def with_static(world: Testbed, ns: str, pods: list[str], static: dict[str, str]) -> None:

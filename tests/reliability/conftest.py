@@ -7,6 +7,7 @@ from collections.abc import Iterator
 
 import pytest
 
+from devstack.seaweedfs import shared
 from devstack.stack import Stack
 from tests.support import denials
 from tests.support.convergence import PING_PERIOD_S
@@ -17,5 +18,5 @@ denials.record()
 @pytest.fixture(scope="module")
 def rstack() -> Iterator[Stack]:
     """One embedded stack per module: a fast resync tick, fast broker backoffs."""
-    with Stack(ping_period=PING_PERIOD_S, time_scale=0.05) as running:
+    with Stack(ping_period=PING_PERIOD_S, time_scale=0.05, seaweed=shared()) as running:
         yield running

@@ -61,7 +61,7 @@ class Writes:
 def writes(world: Testbed) -> Writes:
     kube = sum(n for (verb, _), n in world.kube.requests.items() if verb in KUBE_WRITES)
     engines = sum(r.calls.get("load", 0) + r.calls.get("unload", 0) for _, r in world.workload.fleet.items())
-    return Writes(kube, world.filer.request_count, engines, len(world.sink.events))
+    return Writes(kube, world.filer.requests, engines, len(world.sink.events))
 
 
 def post(world: Testbed, function: str, headers: dict[str, str], body: bytes) -> httpx.Response:

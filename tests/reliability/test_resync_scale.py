@@ -122,7 +122,7 @@ def test_resync_nudges_exactly_the_drifted_over_thousands(world: Testbed) -> Non
         _put(world, SGLANG_ADAPTER, ns, {"metadata": meta, "spec": spec}, status)
 
     # engines: every pod holds what it should, minus the "missing" drifts, plus the surplus
-    root = f"{world.data_dir}/loraadapters/{ns}/{MODEL}"
+    root = f"{world.mount_root}/loraadapters/{ns}/{MODEL}"
     for d in range(DEPLOYMENTS):
         md = f"d{d:02d}"
         (pod,) = [

@@ -7,13 +7,14 @@ from collections.abc import Iterator
 
 import pytest
 
+from devstack.seaweedfs import shared
 from devstack.stack import Stack
 from tests.support.cluster import Cluster
 
 
 @pytest.fixture(scope="module")
 def stack() -> Iterator[Stack]:
-    with Stack(ping_period=2.0, time_scale=0.1) as running:
+    with Stack(ping_period=2.0, time_scale=0.1, seaweed=shared()) as running:
         yield running
 
 

@@ -12,6 +12,7 @@ import time
 from typing import Any
 
 from devstack.eventing.triggers import render
+from devstack.seaweedfs import shared
 from devstack.stack import Stack
 from functions.resources.kinds import MODEL, MODEL_DEPLOYMENT, MODEL_DEPLOYMENT_LABEL, VLLM_ADAPTER
 from tests.support.builders import seed1_adapter
@@ -51,7 +52,9 @@ def replace_value(value: Any, old: str, new: str) -> Any:
 def test_broken_load_trigger_never_loads() -> None:
     # no PingSource at all, so no resync nudge rescues the chain (with its cron schedule, once a
     # minute, a run that straddled a minute was rescued and failed)
-    with Stack(ping_period=None, manifests=without_ping(break_ready_filter(render()))) as stack:
+    with Stack(
+        ping_period=None, manifests=without_ping(break_ready_filter(render())), seaweed=shared()
+    ) as stack:
         cluster = Cluster(stack, f"broken-{secrets.token_hex(3)}")
         stack.core.create_namespace({"metadata": {"name": cluster.namespace}})
         selector = f"{MODEL_DEPLOYMENT_LABEL}=d1"

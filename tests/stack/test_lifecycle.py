@@ -147,10 +147,10 @@ def test_seed1_wrong_md5_fails_and_is_never_loaded(stack: Stack, cluster: Cluste
 
 def test_seed2_available_loaded_and_reloaded_after_restart(stack: Stack, cluster: Cluster) -> None:
     selector = f"{INFERENCE_SERVICE_LABEL}=svc"
-    directory = stack.mount_root / "sglang" / cluster.namespace / "tone"
-    directory.mkdir(parents=True)
-    (directory / "adapter_config.json").write_bytes(CONFIG)
-    (directory / "adapter_model.safetensors").write_bytes(os.urandom(1024))
+    storage = f"/sglang/{cluster.namespace}/tone"  # the SGLang pods' SeaweedFS mount shows it
+    cluster.upload(f"{storage}/adapter_config.json", CONFIG)
+    cluster.upload(f"{storage}/adapter_model.safetensors", os.urandom(1024))
+    directory = f"{stack.mount_root}{storage}"
     cluster.create(INFERENCE_SERVICE, "svc", {"runtime": "sglang", "model": "qwen", "replicas": 2})
     eventually(lambda: len(cluster.pods(selector)) == 2, what="2 SGLang pods")
     cluster.create(

@@ -25,11 +25,13 @@ ROOT = Path(__file__).resolve().parents[2]
 
 @pytest.fixture
 def served(tmp_path: Path) -> Iterator[tuple[subprocess.Popen[bytes], Path]]:
+    """`LORAFLOW_STORAGE=s3 make serve`: the S3 backend, which also starts the filer (the
+    filer backend's endpoints are the same minus `storage.s3`: tests/stack/test_seaweedfs.py)."""
     path = tmp_path / "endpoints.json"
     process = subprocess.Popen(
         [sys.executable, "-m", "devstack", "serve", "--endpoints-file", str(path), "--ping-period", "2"],
         cwd=ROOT,
-        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        env={**os.environ, "PYTHONUNBUFFERED": "1", "LORAFLOW_STORAGE": "s3"},
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
@@ -37,9 +39,13 @@ def served(tmp_path: Path) -> Iterator[tuple[subprocess.Popen[bytes], Path]]:
         eventually(path.exists, timeout=60, what="endpoints file")
         yield process, path
     finally:
-        if process.poll() is None:
-            process.kill()
-            process.wait(10)
+        if process.poll() is None:  # the test failed: stop it as Ctrl-C would (its weed too)
+            process.send_signal(signal.SIGTERM)
+            try:
+                process.wait(30)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait(10)
 
 
 def read(path: Path) -> dict[str, Any]:
@@ -50,13 +56,16 @@ def read(path: Path) -> dict[str, Any]:
 def test_serve_writes_endpoints_and_stops_cleanly(served: tuple[subprocess.Popen[bytes], Path]) -> None:
     process, path = served
     endpoints = read(path)
-    assert set(endpoints) == {"kubernetes", "filer", "broker", "functions", "sqs", "engines"}
+    assert set(endpoints) == {"kubernetes", "filer", "storage", "broker", "functions", "engines"}
     assert set(endpoints["kubernetes"]) == {"url", "token", "certificate_authority", "kubeconfig"}
     assert endpoints["kubernetes"]["url"].startswith("https://")
     kubeconfig = path.parent / "kubeconfig"  # beside the endpoints file: .devstack/kubeconfig
     assert kubeconfig.stat().st_mode & 0o077 == 0, "it holds a token"
     assert set(endpoints["filer"]) == {"url"} and set(endpoints["broker"]) == {"url"}
-    assert set(endpoints["sqs"]) == {"url", "queue_url"}
+    storage = endpoints["storage"]
+    assert set(storage) == (
+        {"backend", "filer", "s3"} if storage["backend"] == "s3" else {"backend", "filer"}
+    )
     assert set(endpoints["functions"]) == {
         "admit",
         "stat",
@@ -104,16 +113,21 @@ def test_serve_writes_endpoints_and_stops_cleanly(served: tuple[subprocess.Popen
     )
     assert log[0]["outcome"] == "received"
 
-    # boto3: the SQS queue the filer can notify through
-    sqs = boto3.client(
-        "sqs",
-        endpoint_url=endpoints["sqs"]["url"],
-        region_name="us-east-1",
-        aws_access_key_id="testing",
-        aws_secret_access_key="testing",
-    )
-    attributes = sqs.get_queue_attributes(QueueUrl=endpoints["sqs"]["queue_url"], AttributeNames=["All"])
-    assert "QueueArn" in attributes["Attributes"]
+    # boto3: the real S3 gateway and its bucket, as the endpoints file names them
+    if storage["backend"] == "s3":
+        s3 = boto3.client(
+            "s3",
+            endpoint_url=storage["s3"]["url"],
+            region_name="us-east-1",
+            aws_access_key_id="any",
+            aws_secret_access_key="any",
+        )
+        s3.put_object(Bucket=storage["s3"]["bucket"], Key="loraadapters/x/m/a/readme.txt", Body=b"hi")
+        listed = s3.list_objects_v2(Bucket=storage["s3"]["bucket"], Prefix="loraadapters/x/")
+        assert [o["Key"] for o in listed["Contents"]] == ["loraadapters/x/m/a/readme.txt"]
+        # the same object, seen through the filer (as the engines' mount sees it)
+        bucket_dir = f"/buckets/{storage['s3']['bucket']}"
+        assert httpx.get(storage["filer"] + bucket_dir + "/loraadapters/x/m/a/readme.txt").content == b"hi"
 
     process.send_signal(signal.SIGTERM)
     started = time.monotonic()

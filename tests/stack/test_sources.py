@@ -9,17 +9,14 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-import boto3
 import pytest
 from cloudevents.http import CloudEvent
 from kubernetes import client, config
-from moto.server import ThreadedMotoServer
 
 from devstack.eventing.apiserversource import ApiServerSource, guess_plural, label_selector
 from devstack.eventing.broker import BrokerClient
 from devstack.eventing.pingsource import PingSource, next_fire, ping_event
 from devstack.standins.kube import KubeServer
-from devstack.standins.sqs_bridge import SqsBridge
 
 ROOT = Path(__file__).resolve().parents[2]
 GROUP, VERSION = "rackai.rackspace.com", "v1alpha1"
@@ -163,34 +160,3 @@ def test_pingsource_schedule_and_event() -> None:
         assert len(sink.wait(2)) >= 2
     finally:
         ping.stop()
-
-
-def test_sqs_bridge_sends_body_bytes_and_key() -> None:
-    moto = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    moto.start()
-    try:
-        host, port = moto.get_host_and_port()
-        sqs = boto3.client(
-            "sqs",
-            endpoint_url=f"http://{host}:{port}",
-            region_name="us-east-1",
-            aws_access_key_id="testing",
-            aws_secret_access_key="testing",
-        )
-        queue_url = sqs.create_queue(QueueName="notifications")["QueueUrl"]
-        raw = bytes([0x12, 0x00, 0xFF, 0x80, 0x41])
-        sqs.send_message(
-            QueueUrl=queue_url,
-            MessageBody=raw.decode("latin-1"),
-            MessageAttributes={"key": {"DataType": "String", "StringValue": "/loraadapters/x/a.json"}},
-        )
-        sink = Collector()
-        assert SqsBridge(sqs, queue_url, sink, wait_s=0).poll_once() == 1
-        (event,) = sink.events
-        assert event["type"] == "dev.knative.eventing.aws-sqs"
-        assert event["source"] == "aws.sqs.notifications"
-        assert event["key"] == "/loraadapters/x/a.json"
-        assert event.data == raw
-        assert sqs.receive_message(QueueUrl=queue_url, WaitTimeSeconds=0).get("Messages") is None
-    finally:
-        moto.stop()

@@ -1,10 +1,11 @@
-"""The stack's options: SQS notifications (IntegrationSource path) and broker chaos."""
+"""The stack's options: broker chaos (duplicated and shuffled deliveries)."""
 
 from __future__ import annotations
 
 import secrets
 
 from devstack.eventing.broker import Faults
+from devstack.seaweedfs import shared
 from devstack.stack import Stack
 from functions.resources.kinds import MODEL, MODEL_DEPLOYMENT, MODEL_DEPLOYMENT_LABEL, VLLM_ADAPTER
 from tests.support.builders import seed1_adapter
@@ -26,21 +27,9 @@ def run_to_loaded(stack: Stack, replicas: int) -> Cluster:
     return cluster
 
 
-def test_sqs_notifications_reach_ingest_through_the_broker() -> None:
-    with Stack(notifications="sqs", ping_period=None) as stack:
-        run_to_loaded(stack, replicas=1)
-        ingested = [
-            e
-            for e in stack.broker.log.since(0)
-            if e["type"] == "dev.knative.eventing.aws-sqs" and e["outcome"] == "delivered"
-        ]
-        assert ingested and {e["trigger"] for e in ingested} == {"loraflow-ingest-sqs"}
-        eventually(lambda: stack.bridge.sent >= 2, what="both uploads bridged from SQS")
-
-
 def test_duplicated_and_shuffled_deliveries_still_converge() -> None:
     faults = Faults(duplicate=True, shuffle=0.1, seed=3)
-    with Stack(faults=faults, ping_period=2.0, time_scale=0.1) as stack:
+    with Stack(faults=faults, ping_period=2.0, time_scale=0.1, seaweed=shared()) as stack:
         cluster = run_to_loaded(stack, replicas=2)
         cluster.delete(VLLM_ADAPTER, "a1")
         eventually(lambda: cluster.get(VLLM_ADAPTER, "a1") is None, what="gone")

@@ -94,28 +94,33 @@ class Flow:
             time.sleep(0.05)
 
 
-def setup_adapter(world: Testbed, flow: Flow, integrity: bool = True) -> tuple[str, str]:
+def setup_adapter(
+    world: Testbed, flow: Flow, integrity: bool = True, weights: bytes = WEIGHTS, name: str = "a"
+) -> tuple[str, str]:
+    """Model llama and adapter `name` declaring the MD5s of CONFIG and `weights`, admitted;
+    returns (namespace, storage directory). Adapter names with unusual characters are not
+    DNS names, so the directory's last part is always the adapter's name."""
     ns = world.namespace()
-    directory = f"/loraadapters/{ns}/llama/a/"
+    directory = f"/loraadapters/{ns}/llama/{name}/"
     world.create(MODEL, ns, {"metadata": {"name": "llama"}, "spec": {}})
     spec: dict[str, Any] = {"model": "llama"}
     if integrity:
         spec["integrity"] = {
             "md5": {
                 directory + "adapter_config.json": md5(CONFIG),
-                directory + "adapter_model.safetensors": md5(WEIGHTS),
+                directory + "adapter_model.safetensors": md5(weights),
             }
         }
-    created = world.create(VLLM_ADAPTER, ns, {"metadata": {"name": "a"}, "spec": spec})
+    created = world.create(VLLM_ADAPTER, ns, {"metadata": {"name": name}, "spec": spec})
     replies = flow.send("admit", world.apiserver_event("add", created))
     # admitted, then stat's first observation (nothing stored yet: size 0); no verdict change
     assert [r["type"] for r in replies] == [ADAPTER_ADMITTED, ADAPTER_STAT_COMPLETED]
     return ns, directory
 
 
-def expected_status(directory: str) -> dict[str, Any]:
+def expected_status(directory: str, weights: bytes = WEIGHTS) -> dict[str, Any]:
     """Every seed-1 status field after a successful upload (lastTransitionTime aside)."""
-    config, weights = directory + "adapter_config.json", directory + "adapter_model.safetensors"
+    config_path, weights_path = directory + "adapter_config.json", directory + "adapter_model.safetensors"
     return {
         "conditions": [
             {
@@ -126,24 +131,24 @@ def expected_status(directory: str) -> dict[str, Any]:
                 "observedGeneration": 1,
             }
         ],
-        "files": [{"path": config, "size": len(CONFIG)}, {"path": weights, "size": len(WEIGHTS)}],
+        "files": [{"path": config_path, "size": len(CONFIG)}, {"path": weights_path, "size": len(weights)}],
         "integrity": {
             "files": {
-                config: {"md5": md5(CONFIG), "size": len(CONFIG)},
-                weights: {"md5": md5(WEIGHTS), "size": len(WEIGHTS)},
+                config_path: {"md5": md5(CONFIG), "size": len(CONFIG)},
+                weights_path: {"md5": md5(weights), "size": len(weights)},
             }
         },
         "observedGeneration": 1,
         "phase": "Ready",
         "ready": True,
-        "size": str(len(CONFIG) + len(WEIGHTS)),
+        "size": str(len(CONFIG) + len(weights)),
         "storageRef": {"path": directory},
         "uploadComplete": True,
     }
 
 
-def status_of(world: Testbed, ns: str) -> dict[str, Any]:
-    stored = world.get(VLLM_ADAPTER, ns, "a")
+def status_of(world: Testbed, ns: str, name: str = "a") -> dict[str, Any]:
+    stored = world.get(VLLM_ADAPTER, ns, name)
     assert stored is not None
     status: dict[str, Any] = json.loads(json.dumps(stored["status"]))
     for cond in status.get("conditions") or []:

@@ -11,10 +11,10 @@ from typing import Any
 import httpx
 from kubernetes import client
 
-from devstack.standins.filer import FilerServer
 from devstack.standins.kube import KubeServer
 from devstack.workload import Workload
 from loraflow.cli import main
+from tests.support.filer import FilerClient
 
 
 @dataclass
@@ -22,11 +22,11 @@ class CliStack:
     """The stand-ins the CLI tests point `loraflow` at, through an endpoints file."""
 
     kube: KubeServer
-    filer: FilerServer
+    filer: FilerClient
     workload: Workload
     api: client.ApiClient
     endpoints: Path
-    data_dir: Path
+    mount_root: Path
 
     def namespace(self) -> str:
         name = f"cli-{secrets.token_hex(4)}"

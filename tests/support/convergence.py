@@ -106,10 +106,11 @@ class Env:
             self.cluster.upload(self.directory(name) + file, content)
 
     def seed2(self, name: str, isvc: str) -> None:
-        directory = self.stack.mount_root / "sglang" / self.namespace / name
-        directory.mkdir(parents=True, exist_ok=True)
-        (directory / "adapter_config.json").write_bytes(adapter_config())
-        (directory / "adapter_model.safetensors").write_bytes(os.urandom(256))
+        # spec.path is inside the SGLang pods, which see the storage through a SeaweedFS mount
+        storage = f"/sglang/{self.namespace}/{name}"
+        self.cluster.upload(f"{storage}/adapter_config.json", adapter_config())
+        self.cluster.upload(f"{storage}/adapter_model.safetensors", os.urandom(256))
+        directory = f"{self.stack.mount_root}{storage}"
         self.cluster.create(
             SGLANG_ADAPTER,
             name,

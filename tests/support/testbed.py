@@ -2,16 +2,19 @@
 
 What the function and reliability tests (the `world` fixture of tests/conftest.py) and the
 benchmarks (bench/world.py) stand on: the Kubernetes API stand-in with our CRDs and RBAC (the
-functions use the ServiceAccount's token), the filer stand-in (its data directory is the
-functions' mount root), an event sink as the broker URL, the workload stand-in with engine
-replicas, and each function served by functions-framework. The functions read their
-configuration from the environment, which `testbed()` sets for its lifetime and restores
-afterwards.
+functions use the ServiceAccount's token), the real SeaweedFS of the process
+(devstack.seaweedfs.shared(): one per test session, each test in its own namespace's
+directories) behind a FaultProxy (`filer`: what the functions call, so a test can make it
+fail), an event sink as the broker URL, the workload stand-in with engine replicas (they read
+adapter files from the real filer, as through a SeaweedFS mount at MOUNT_ROOT), and each
+function served by functions-framework. The functions read their configuration from the
+environment, which `testbed()` sets for its lifetime and restores afterwards.
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import os
 import secrets
@@ -28,12 +31,14 @@ from kubernetes import client, config
 
 from devstack.eventing.sink import EventSink
 from devstack.functions_host import FUNCTIONS, FunctionHost
-from devstack.standins.filer import FilerServer
+from devstack.seaweedfs import MOUNT_ROOT, FaultProxy, Shared, shared
 from devstack.standins.kube import KubeServer
 from devstack.workload import Workload
 from events.domain import AdapterRef
 from functions._edge import reset_deps
+from functions.adapters.storage import quote_path
 from functions.resources.kinds import VLLM_ADAPTER, Kind
+from tests.support.filer import FilerClient
 
 ROOT = Path(__file__).resolve().parents[2]
 FUNCTIONS_USER = "system:serviceaccount:loraflow:loraflow-functions"
@@ -53,13 +58,19 @@ class Testbed:
     __test__ = False  # a fixture's type, not a test class pytest should collect
 
     kube: KubeServer
-    filer: FilerServer
+    filer: FaultProxy
     sink: EventSink
     workload: Workload
     host: FunctionHost
     api: client.ApiClient
-    data_dir: Path
+    mount_root: Path
+    seaweed: Shared
     http: httpx.Client = field(default_factory=lambda: httpx.Client(timeout=30))
+
+    @functools.cached_property
+    def files(self) -> FilerClient:
+        """The real filer, not through the proxy: what a user or another tool does there."""
+        return FilerClient(self.seaweed.server.url)
 
     @property
     def custom(self) -> client.CustomObjectsApi:
@@ -121,10 +132,26 @@ class Testbed:
 
     # -- storage -------------------------------------------------------------------------------
     def upload(self, path: str, content: bytes) -> str:
-        """PUT a file to the filer stand-in (fires its notifications); returns the hex MD5."""
-        response = self.http.put(self.filer.url + path, content=content)
+        """PUT a file to the real filer (it notifies); returns the hex MD5."""
+        response = self.http.put(self.seaweed.server.url + quote_path(path), content=content)
         response.raise_for_status()
         return hashlib.md5(content, usedforsecurity=False).hexdigest()
+
+    @contextlib.contextmanager
+    def webhook(self, token: str | None = None) -> Iterator[None]:
+        """The filer's webhook reaches this testbed's ingest while the block runs (the shared
+        filer posts with the session's bearer token; `token` makes ingest require it)."""
+        env = {"LORAFLOW_WEBHOOK_TOKEN": self.seaweed.webhook_token} if token else {}
+        with environment(**env), self.seaweed.relay.subscribed(self.host.urls["ingest"]):
+            yield
+
+    def settle(self, timeout: float = 10.0) -> bool:
+        """Wait until the filer's notifications so far went through (see Stack.settle)."""
+        marker = f"/.settle/{secrets.token_hex(8)}"
+        self.http.put(self.seaweed.server.url + marker, content=b"").raise_for_status()
+        delivered = self.seaweed.relay.await_key(marker, timeout)
+        self.http.delete(self.seaweed.server.url + marker)
+        return delivered
 
     # -- events ----------------------------------------------------------------------------------
     def post(self, function: str, event: CloudEvent, structured: bool = False) -> httpx.Response:
@@ -193,15 +220,21 @@ def environment(**values: str) -> Iterator[None]:
 
 @contextlib.contextmanager
 def testbed(
-    cls: type[T], functions: bool = True, engine_timeout: float = 2.0, **engine_defaults: Any
+    cls: type[T],
+    functions: bool = True,
+    engine_timeout: float = 2.0,
+    filer_proxy: bool = True,
+    **engine_defaults: Any,
 ) -> Iterator[T]:
-    """Start the stand-ins (and every function unless `functions=False`); stop them on exit."""
+    """Start the stand-ins (and every function unless `functions=False`); stop them on exit.
+
+    `filer_proxy=False`: the functions call the real filer directly (what the benchmarks
+    measure); `filer` is then a proxy nobody uses and its faults have no effect."""
     with tempfile.TemporaryDirectory(prefix="loraflow-testbed-") as tmp:
         base = Path(tmp)
-        data_dir = base / "filer"
-        data_dir.mkdir()
+        seaweed = shared()
         kube = KubeServer(crd_dir=ROOT / "knative" / "crds", rbac_dir=ROOT / "knative" / "rbac").start()
-        filer = FilerServer(data_dir=data_dir).start()
+        filer = FaultProxy(seaweed.server.url).start()
         sink = EventSink().start()
         admin_config = kube.write_kubeconfig(base / "admin.kubeconfig", kube.admin_token)
         functions_config = kube.write_kubeconfig(
@@ -209,18 +242,19 @@ def testbed(
         )
         settings = {
             "KUBECONFIG": str(functions_config),
-            "LORAFLOW_FILER_URL": filer.url,
-            "LORAFLOW_MOUNT_ROOT": str(data_dir),
+            "LORAFLOW_FILER_URL": filer.url if filer_proxy else seaweed.server.url,
+            "LORAFLOW_MOUNT_ROOT": str(MOUNT_ROOT),
             "LORAFLOW_ENGINE_TIMEOUT": str(engine_timeout),
             "LORAFLOW_BROKER_URL": sink.url,
         }
         api = config.new_client_from_config(str(admin_config))
-        workload = Workload(api, mount_root=data_dir, **engine_defaults)
+        # The engines read the real filer directly: their mount is not the functions' HTTP path.
+        workload = Workload(api, mount_root=MOUNT_ROOT, filer_url=seaweed.server.url, **engine_defaults)
         host = FunctionHost(FUNCTIONS if functions else ())
         try:
             with environment(**settings):
                 host.start()
-                yield cls(kube, filer, sink, workload, host, api, data_dir)
+                yield cls(kube, filer, sink, workload, host, api, MOUNT_ROOT, seaweed)
         finally:
             host.stop()
             workload.stop()

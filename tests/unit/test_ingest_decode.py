@@ -9,15 +9,23 @@ from typing import Any
 import pytest
 
 from events.domain import FileChanged
-from functions.errors import Reject
-from functions.ingest import check_path, decode_sqs_data, file_changed, key_of
+from functions.adapters.storage import quote_path
+from functions.errors import Reject, Retryable
+from functions.ingest import (
+    bucket_dir,
+    check_path,
+    decode_sqs_data,
+    file_changed,
+    key_of,
+    publish_with_retry,
+    storage_path,
+)
 from functions.logic.seaweed_event import (
     EntryInfo,
     FileChange,
     Notification,
-    encode_event_notification,
-    sqs_body_from_bytes,
 )
+from tests.support import filer_pb
 
 P = "/loraadapters/ns/llama/a/w.safetensors"
 MD5 = hashlib.md5(b"x", usedforsecurity=False).hexdigest()
@@ -107,7 +115,7 @@ NOTE = Notification(
     new_entry=EntryInfo(name="w.safetensors", file_size=7, md5=bytes.fromhex(MD5)),
     new_parent_path="/loraadapters/ns/llama/a",
 )
-RAW = encode_event_notification(NOTE)
+RAW = filer_pb.encode(NOTE)
 
 
 @pytest.mark.parametrize(
@@ -116,7 +124,7 @@ RAW = encode_event_notification(NOTE)
         pytest.param(RAW, id="raw-bytes"),
         pytest.param(base64.b64encode(RAW).decode(), id="base64-string"),
         pytest.param(base64.b64encode(RAW), id="base64-bytes"),
-        pytest.param(sqs_body_from_bytes(RAW), id="latin1-string"),
+        pytest.param(filer_pb.as_latin1_text(RAW), id="latin1-string"),
     ],
 )
 def test_decode_sqs_data(data: Any) -> None:
@@ -146,4 +154,88 @@ def test_key_of() -> None:
 
 def test_decode_sqs_data_text_transport_of_latin1_body() -> None:
     # what an HTTP text transport makes of the filer's string(bytes) SQS body
-    assert decode_sqs_data(sqs_body_from_bytes(RAW).encode("utf-8")) == NOTE
+    assert decode_sqs_data(filer_pb.as_latin1_text(RAW).encode("utf-8")) == NOTE
+
+
+# -- the S3 gateway's paths, percent-encoding, the publish budget ---------------------------------
+@pytest.mark.parametrize(
+    ("path", "folder", "expected"),
+    [
+        ("/loraadapters/ns/m/a/f", None, "/loraadapters/ns/m/a/f"),
+        ("/buckets/loraadapters/loraadapters/ns/m/a/f", "/buckets/loraadapters", "/loraadapters/ns/m/a/f"),
+        ("/buckets/loraadapters-old/loraadapters/ns/m/a/f", "/buckets/loraadapters", None),
+        ("/loraadapters/ns/m/a/f", "/buckets/loraadapters", None),
+        ("/buckets/loraadapters", "/buckets/loraadapters", None),
+    ],
+)
+def test_storage_path(path: str, folder: str | None, expected: str | None) -> None:
+    assert storage_path(path, folder) == expected
+
+
+def test_file_changed_maps_the_bucket_folder() -> None:
+    change = FileChange(
+        path="/buckets/b/loraadapters/ns/m/a/f",
+        event_type="rename",
+        new_path="/buckets/b/loraadapters/ns/m/a/g",
+        size=3,
+        md5_hex=None,
+        is_directory=False,
+    )
+    payload = file_changed(change, bucket_dir("/buckets", "b"))
+    assert payload is not None
+    assert (payload.path, payload.new_path) == ("/loraadapters/ns/m/a/f", "/loraadapters/ns/m/a/g")
+    assert file_changed(change) is None  # the filer backend: /buckets/... is none of ours
+
+
+@pytest.mark.parametrize(
+    ("path", "quoted"),
+    [
+        ("/a/w?x=1", "/a/w%3Fx%3D1"),
+        ("/a/hash#tag", "/a/hash%23tag"),
+        ("/a/pct%41", "/a/pct%2541"),
+        ("/a/sp ace", "/a/sp%20ace"),
+        ("/a/ü", "/a/%C3%BC"),
+        ("/a/b-c_d.e~f/", "/a/b-c_d.e~f/"),
+    ],
+)
+def test_quote_path(path: str, quoted: str) -> None:
+    assert quote_path(path) == quoted
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 0.0
+        self.sleeps: list[float] = []
+
+    def time(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.sleeps.append(seconds)
+        self.now += seconds
+
+
+def test_publish_with_retry_backs_off_and_succeeds() -> None:
+    clock, timeouts = Clock(), []
+
+    def publish(event: object, timeout: float) -> None:
+        timeouts.append(timeout)
+        if len(timeouts) < 4:
+            raise Retryable("broker answered 503")
+
+    assert publish_with_retry(publish, object(), 5.0, clock.time, clock.sleep) == 4  # type: ignore[arg-type]
+    assert clock.sleeps == [0.05, 0.1, 0.2]
+    assert timeouts[0] == 5.0 and all(t <= 5.0 for t in timeouts)
+
+
+def test_publish_with_retry_gives_up_inside_the_budget() -> None:
+    clock = Clock()
+
+    def publish(event: object, timeout: float) -> None:
+        clock.now += 0.01  # each attempt takes a little
+        raise Retryable("broker unreachable")
+
+    with pytest.raises(Retryable):
+        publish_with_retry(publish, object(), 2.0, clock.time, clock.sleep)  # type: ignore[arg-type]
+    assert clock.now <= 2.0
+    assert clock.sleeps == [0.05, 0.1, 0.2, 0.4, 0.8]  # the next wait (1 s) would overrun

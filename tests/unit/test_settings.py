@@ -100,3 +100,16 @@ def test_our_variable_wins_over_the_fallback() -> None:
     env = {"K_SINK": "http://sink", "LORAFLOW_BROKER_URL": "http://ours", "KUBECONFIG": "/k"}
     settings = Settings.from_env(env)
     assert (settings.broker_url, settings.kubeconfig) == ("http://ours", "/k")
+
+
+def test_the_stack_takes_its_storage_backend_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`LORAFLOW_STORAGE=s3 make serve`: the stack reads the variable the functions read."""
+    from devstack.stack import storage_from_env
+
+    monkeypatch.delenv("LORAFLOW_STORAGE", raising=False)
+    assert storage_from_env() == "filer"
+    monkeypatch.setenv("LORAFLOW_STORAGE", "s3")
+    assert storage_from_env() == "s3"
+    monkeypatch.setenv("LORAFLOW_STORAGE", "gcs")
+    with pytest.raises(ValueError, match="gcs"):
+        storage_from_env()

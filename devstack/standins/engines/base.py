@@ -9,19 +9,23 @@ HTTP/1.1 with keep-alive, one daemon thread per connection. Engine-specific rout
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import socket
 import struct
 import threading
 import time
+import urllib.parse
 from collections import OrderedDict, deque
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from email.message import Message
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from socketserver import TCPServer
 from typing import Any, ClassVar
+
+import httpx
 
 from devstack.standins.engines.faults import Fault, FaultSet
 
@@ -80,9 +84,24 @@ class AdapterConfig:
     rank: int
     peft_type: str
     raw: Mapping[str, Any]
+    md5s: Mapping[str, str]
+    """MD5 of each file of the directory as read (AdapterFiles.md5s)."""
 
 
-def check_adapter_dir(directory: Path | None, max_lora_rank: int) -> AdapterConfig:
+@dataclass(frozen=True)
+class AdapterFiles:
+    """What the engine read of an adapter directory at load time: adapter_config.json's bytes
+    (None when the directory has none) and the MD5 of every file in it, by name."""
+
+    config: bytes | None
+    md5s: Mapping[str, str]
+
+
+CONFIG_NAME = "adapter_config.json"
+CONFIG_MAX_BYTES = 1 << 20
+
+
+def check_adapter_dir(files: AdapterFiles | None, max_lora_rank: int) -> AdapterConfig:
     """Read ``adapter_config.json`` as an engine would.
 
     Mirrors vllm/lora/peft_helper.py ``PEFTHelper.from_local_dir`` (reads adapter_config.json,
@@ -91,17 +110,12 @@ def check_adapter_dir(directory: Path | None, max_lora_rank: int) -> AdapterConf
     sglang/srt/lora/lora_config.py ``LoRAConfig`` + lora_manager.py ``validate_new_adapter``.
     ``peft_type`` must be ``LORA`` (PEFT's LoraConfig; other PEFT types are not LoRA weights).
     """
-    if directory is None or not directory.is_dir():
+    if files is None or files.config is None:
         raise AdapterNotFound()
-    cfg_path = directory / "adapter_config.json"
     try:
-        text = cfg_path.read_text(encoding="utf-8")
-    except FileNotFoundError as exc:
-        raise AdapterNotFound() from exc
-    except OSError as exc:
-        raise AdapterInvalid(str(exc)) from exc
-    try:
-        raw = json.loads(text)
+        raw = json.loads(files.config.decode("utf-8"))
+    except UnicodeDecodeError as exc:
+        raise AdapterInvalid(f"adapter_config.json is not UTF-8: {exc}") from exc
     except json.JSONDecodeError as exc:
         raise AdapterInvalid(f"adapter_config.json is not valid JSON: {exc}") from exc
     if not isinstance(raw, dict):
@@ -114,7 +128,73 @@ def check_adapter_dir(directory: Path | None, max_lora_rank: int) -> AdapterConf
         raise AdapterInvalid(f"invalid LoRA rank {rank!r}")
     if rank > max_lora_rank:
         raise AdapterRankTooHigh(rank, max_lora_rank)
-    return AdapterConfig(rank=rank, peft_type="LORA", raw=raw)
+    return AdapterConfig(rank=rank, peft_type="LORA", raw=raw, md5s=dict(files.md5s))
+
+
+def read_local_dir(directory: Path) -> AdapterFiles | None:
+    """The files of a directory on the engine's own disk (not recursive, as the engines read)."""
+    if not directory.is_dir():
+        return None
+    config: bytes | None = None
+    md5s: dict[str, str] = {}
+    for path in sorted(directory.iterdir()):
+        if not path.is_file():
+            continue
+        digest = hashlib.md5(usedforsecurity=False)
+        with path.open("rb") as stream:
+            while chunk := stream.read(1 << 20):
+                digest.update(chunk)
+        md5s[path.name] = digest.hexdigest()
+        if path.name == CONFIG_NAME and path.stat().st_size <= CONFIG_MAX_BYTES:
+            config = path.read_bytes()
+    return AdapterFiles(config, md5s)
+
+
+class FilerReader:
+    """Adapter directories read through the SeaweedFS filer's HTTP API, as an engine reads them
+    through a SeaweedFS mount in a cluster: a path under the mount root is that path on the
+    filer (`weed mount -filer.path=/` maps the mount root to the filer root). Names are
+    percent-encoded in every URL; a directory listing is `Accept: application/json`."""
+
+    def __init__(self, filer_url: str, root: str = "", timeout: float = 30.0) -> None:
+        self._http = httpx.Client(base_url=filer_url.rstrip("/"), timeout=timeout)
+        self._root = root.rstrip("/")
+        """The filer directory the mount shows (`-filer.path`): a bucket's folder for S3."""
+
+    def read(self, directory: str) -> AdapterFiles | None:
+        base = self._root + "/" + directory.strip("/") + "/"
+        listing = self._http.get(
+            urllib.parse.quote(base), params={"limit": "1000"}, headers={"Accept": "application/json"}
+        )
+        if listing.status_code == 404:
+            return None
+        listing.raise_for_status()
+        body = listing.json()
+        if not isinstance(body, dict) or "Entries" not in body:
+            return None  # a file, not a directory: the filer sent its content
+        config: bytes | None = None
+        md5s: dict[str, str] = {}
+        for entry in body.get("Entries") or []:
+            if int(entry.get("Mode") or 0) & 0x80000000:  # os.ModeDir
+                continue
+            name = str(entry["FullPath"]).rsplit("/", 1)[-1]
+            digest = hashlib.md5(usedforsecurity=False)
+            kept = bytearray()
+            with self._http.stream("GET", urllib.parse.quote(base + name)) as response:
+                if response.status_code == 404:
+                    continue  # deleted between the listing and the read
+                response.raise_for_status()
+                for chunk in response.iter_bytes(1 << 20):
+                    digest.update(chunk)
+                    if name == CONFIG_NAME and len(kept) <= CONFIG_MAX_BYTES:
+                        kept.extend(chunk)
+            md5s[name] = digest.hexdigest()
+            if name == CONFIG_NAME and len(kept) <= CONFIG_MAX_BYTES:
+                config = bytes(kept)
+        return AdapterFiles(config, md5s)
+
+    def close(self) -> None:
+        self._http.close()
 
 
 # --------------------------------------------------------------------------------------------
@@ -230,6 +310,8 @@ class LoadedAdapter:
     path: str  # engine-side path as given by the client (shown as `root` in /v1/models)
     static: bool = False
     pinned: bool = False
+    md5s: Mapping[str, str] = field(default_factory=dict)
+    """MD5 of each file of the adapter directory as read at load time (empty: static)."""
 
 
 @dataclass(frozen=True)
@@ -273,6 +355,8 @@ class EngineReplica:
         model_path: str | None = None,
         engine_mount_prefix: str | None = None,
         max_model_len: int = 4096,
+        filer_url: str | None = None,
+        filer_root: str = "",
     ) -> None:
         self.host = host
         self.port = port
@@ -280,6 +364,7 @@ class EngineReplica:
         self.model_path = model_path or served_model
         self.mount_root = Path(mount_root) if mount_root is not None else None
         self.engine_mount_prefix = engine_mount_prefix.rstrip("/") if engine_mount_prefix else None
+        self.filer = FilerReader(filer_url, filer_root) if filer_url else None
         self.max_lora_rank = max_lora_rank
         self.static_adapters: dict[str, str] = dict(static_adapters or {})
         self.load_latency_s = load_latency_s
@@ -419,6 +504,7 @@ class EngineReplica:
             "url": self.url,
             "served_model": self.served_model,
             "loaded": self.loaded,
+            "files": {a.name: dict(a.md5s) for a in self.adapters() if a.md5s},
             "healthy": self.healthy,
             "restarts": self.restarts,
             "calls": dict(self.calls),
@@ -483,27 +569,35 @@ class EngineReplica:
 
     # ---- helpers for subclasses --------------------------------------------------------
 
-    def resolve(self, lora_path: str) -> Path | None:
-        """Map an engine-side ``lora_path`` to a local directory (None if nothing there).
+    def read_adapter(self, lora_path: str) -> AdapterFiles | None:
+        """Read the adapter directory an engine-side ``lora_path`` names (None: nothing there).
 
-        Absolute existing paths are used as-is; a path under ``engine_mount_prefix`` (e.g.
-        ``/mnt/seaweedfs``) is re-rooted at ``mount_root``; otherwise the path (leading ``/``
-        stripped) is looked up under ``mount_root``.
+        An absolute path that exists on this machine is read from disk (the pod's own volume);
+        otherwise a path under ``engine_mount_prefix`` or ``mount_root`` (the SeaweedFS mount)
+        is re-rooted there, and anything else is taken relative to the mount. With a filer the
+        mount is read through the filer's HTTP API, else from the ``mount_root`` directory.
         """
         if not lora_path:
             return None
         p = Path(lora_path)
-        if p.is_absolute() and p.exists():
-            return p
+        if p.is_absolute() and p.is_dir():
+            return read_local_dir(p)
+        rel = lora_path
+        for prefix in (
+            self.engine_mount_prefix,
+            str(self.mount_root).rstrip("/") if self.mount_root else None,
+        ):
+            if prefix and (lora_path == prefix or lora_path.startswith(prefix + "/")):
+                rel = lora_path[len(prefix) :]
+                break
+        if self.filer is not None:
+            try:
+                return self.filer.read(rel)
+            except httpx.HTTPError as err:  # the mount's I/O error: what reading a local file raised
+                raise AdapterInvalid(f"cannot read {lora_path}: {err}") from err
         if self.mount_root is None:
             return None
-        prefix = self.engine_mount_prefix
-        if prefix and (lora_path == prefix or lora_path.startswith(prefix + "/")):
-            rel = lora_path[len(prefix) :].lstrip("/")
-        else:
-            rel = lora_path.lstrip("/")
-        candidate = self.mount_root / rel
-        return candidate if candidate.exists() else None
+        return read_local_dir(self.mount_root / rel.lstrip("/"))
 
     @contextlib.contextmanager
     def name_lock(self, name: str) -> Iterator[None]:

@@ -251,7 +251,7 @@ class SglangReplica(EngineReplica):
                 )
             gen, start = self.simulate_load_latency(name)
             try:
-                _check(self.resolve(path), self.max_lora_rank)
+                checked = _check(self.read_adapter(path), self.max_lora_rank)
             except AdapterNotFound:
                 self.record_load(name, start, False)
                 return self.result(
@@ -273,7 +273,7 @@ class SglangReplica(EngineReplica):
             with self._lock:
                 lost = self._generation != gen
                 if not lost:
-                    self._adapters[name] = LoadedAdapter(name, path, pinned=pinned)
+                    self._adapters[name] = LoadedAdapter(name, path, pinned=pinned, md5s=checked.md5s)
             self.record_load(name, start, not lost)
             if lost:
                 return DROP

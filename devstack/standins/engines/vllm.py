@@ -244,7 +244,7 @@ class VllmReplica(EngineReplica):
                 return self.error(400, self._already_loaded(name), "InvalidUserInput")
             gen, start = self.simulate_load_latency(name)
             try:
-                check_adapter_dir(self.resolve(path), self.max_lora_rank)
+                checked = check_adapter_dir(self.read_adapter(path), self.max_lora_rank)
             except AdapterNotFound:
                 # vllm/lora/worker_manager.py: LoRAAdapterNotFoundError -> 404 NotFoundError
                 self.record_load(name, start, False)
@@ -271,8 +271,9 @@ class VllmReplica(EngineReplica):
                     if current is not None:  # in place: same lora_int_id, same position
                         current.path = path
                         current.static = False
+                        current.md5s = checked.md5s
                     else:
-                        self._adapters[name] = LoadedAdapter(name, path)
+                        self._adapters[name] = LoadedAdapter(name, path, md5s=checked.md5s)
             self.record_load(name, start, not lost)
             if lost:
                 return DROP
