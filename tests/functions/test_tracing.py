@@ -11,20 +11,27 @@ import jsonschema
 from cloudevents.conversion import to_binary
 from cloudevents.http import CloudEvent, from_http
 
-from devstack.standins.notifications import webhook_body
 from events.domain import ADAPTER_ADMITTED, ADAPTER_DRIFTED, FILE_CHANGED
 from events.external import AWS_SQS, PING
 from events.schema_urls import schema_file
-from functions.logic.seaweed_event import EntryInfo, Notification, encode_event_notification
 from functions.resources.kinds import MODEL, VLLM_ADAPTER
+from tests.support import filer_pb
 from tests.support.testbed import Testbed
 
 TRACEPARENT = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
 TRACE = {"traceparent": TRACEPARENT, "tracestate": "rojo=00f067aa0ba902b7"}
 
 
-def created(parent: str, name: str) -> Notification:
-    return Notification(new_entry=EntryInfo(name=name, file_size=3, md5=bytes(16)), new_parent_path=parent)
+def sqs_body(parent: str, name: str) -> bytes:
+    """What the filer puts in an aws_sqs body (its protobuf EventNotification)."""
+    return filer_pb.notification(new=filer_pb.entry(name, size=3, md5_hex="0" * 32), new_parent_path=parent)
+
+
+def webhook_body(parent: str, name: str) -> dict[str, object]:
+    """The filer's webhook JSON for a created file (Go encoding/json of the Entry, omitempty)."""
+    entry = {"name": name, "attributes": {"file_size": 3, "mtime": 1796109979, "file_mode": 432}}
+    message = {"new_entry": entry, "new_parent_path": parent, "delete_chunks": True}
+    return {"event_type": "create", "key": f"{parent}/{name}", "message": message}
 
 
 def post(world: Testbed, function: str, event: CloudEvent) -> httpx.Response:
@@ -37,7 +44,7 @@ def test_reply_carries_the_trace_and_a_dataschema_that_resolves(world: Testbed) 
     directory = f"/loraadapters/ns-{secrets.token_hex(3)}/llama/a"
     event = CloudEvent(
         {"type": AWS_SQS, "source": "aws.sqs.test", "id": secrets.token_hex(8)},
-        encode_event_notification(created(directory, "w.safetensors")),
+        sqs_body(directory, "w.safetensors"),
     )
     with world.settings(LORAFLOW_SCHEMA_BASE_URL=base):
         response = post(world, "ingest", event)
@@ -62,7 +69,7 @@ def test_only_catalog_schemas_are_served(world: Testbed) -> None:
 def test_a_published_webhook_event_carries_the_callers_trace(world: Testbed) -> None:
     path = f"/loraadapters/ns-{secrets.token_hex(3)}/llama/a/w.safetensors"
     directory, name = path.rsplit("/", 1)
-    body = webhook_body(path, "create", created(directory, name))
+    body = webhook_body(directory, name)
     response = world.http.post(world.host.urls["ingest"], json=body, headers=TRACE)
     assert response.status_code == 204, response.text
     (event,) = world.sink.wait_for(FILE_CHANGED, 1) and [
