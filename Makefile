@@ -14,10 +14,10 @@ SHELL  := /bin/bash
 QUIET_PIP := grep -v "^WARNING: Location" || true
 
 .DEFAULT_GOAL := help
-.PHONY: help venv run serve test lint bench soak reliability clean
+.PHONY: help venv run serve test test-fast lint bench soak reliability clean
 
 help: ## Show this help
-	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*## "}; {printf "  make %-8s %s\n", $$1, $$2}'
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*## "}; {printf "  make %-10s %s\n", $$1, $$2}'
 
 $(STAMP): pyproject.toml constraints.txt
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -48,8 +48,16 @@ run: $(STAMP) ## Start the embedded stack and run the demo lifecycle
 serve: $(STAMP) ## Keep the embedded stack running in the foreground
 	$(PY) -m devstack serve
 
-test: $(STAMP) ## Run the test suite
-	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(PY) -m pytest
+FAST := tests/unit tests/handlers
+# The tests drive the real kubectl: the machine's, else the one `make venv` put in the venv.
+TEST_PATH := PATH="$(CURDIR)/$(VENV)/bin:$$PATH"
+
+test: $(STAMP) ## Run the test suite: the fast tier first (seconds), then the servers' tiers
+	$(TEST_PATH) $(PY) -m pytest $(FAST)
+	$(TEST_PATH) $(PY) -m pytest $(addprefix --ignore=,$(FAST))
+
+test-fast: $(STAMP) ## The pure tables and every handler on fakes (no server started)
+	$(TEST_PATH) $(PY) -m pytest $(FAST)
 
 lint: $(STAMP) ## ruff + mypy
 	$(VENV)/bin/ruff check .

@@ -14,6 +14,7 @@ import hashlib
 import json
 import logging
 import os
+import re
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -387,9 +388,11 @@ class Demo:
         chain: list[str] = []
         for entry in received:
             type_ = str(entry["type"])
-            short = type_.removeprefix("io.loraflow.").removesuffix(".v1").removeprefix("adapter.")
-            if type_.startswith("dev.knative.apiserver.resource."):
-                short = f"apiserver {type_.rpartition('.')[2]}"
+            # io.loraflow.adapter.loaded.v2 -> loaded (one name per fact, whatever its version)
+            short = re.sub(r"\.v[0-9]+$", "", type_.removeprefix("io.loraflow.")).removeprefix("adapter.")
+            if type_.startswith("dev.knative."):
+                kind = "apiserver" if ".apiserver." in type_ else "source"
+                short = f"{kind} {type_.rpartition('.')[2]}"
             if entry.get("trace_id") == trace_id and short not in chain:
                 chain.append(short)
         return f"trace {trace_id} ({' -> '.join(chain)})"

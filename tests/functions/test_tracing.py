@@ -70,7 +70,7 @@ def test_a_published_webhook_event_carries_the_callers_trace(world: Testbed) -> 
     path = f"/loraadapters/ns-{secrets.token_hex(3)}/llama/a/w.safetensors"
     directory, name = path.rsplit("/", 1)
     body = webhook_body(directory, name)
-    response = world.http.post(world.host.urls["ingest"], json=body, headers=TRACE)
+    response = world.http.post(world.host.urls["ingest"], json=body, headers={**TRACE, **world.webhook_auth})
     assert response.status_code == 204, response.text
     (event,) = world.sink.wait_for(FILE_CHANGED, 1) and [
         e for e in world.sink.of_type(FILE_CHANGED) if e["subject"] == path
