@@ -1,4 +1,4 @@
-"""12. Update gap: a retrained adapter replaces the old one in 10 replicas; how long each pod
+"""13. Update gap: a retrained adapter replaces the old one in 10 replicas; how long each pod
 serves no adapter under that name while it happens (p50/p99 over the pods).
 
 vLLM with `load_inplace` keeps the name the whole time (target: 0 ms). Unload then load (SGLang,

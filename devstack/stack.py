@@ -186,8 +186,13 @@ class Stack:
 
     # -- parts ---------------------------------------------------------------------------------------
     def _start_kube(self) -> None:
+        # HTTPS with the stand-in's own CA, as a cluster's API server: the functions, the sources and
+        # kubectl verify it through the kubeconfigs (and kubectl sends a token over TLS only).
         self.kube = KubeServer(
-            crd_dir=self.knative_dir / "crds", rbac_dir=self.knative_dir / "rbac", namespaces=("default",)
+            crd_dir=self.knative_dir / "crds",
+            rbac_dir=self.knative_dir / "rbac",
+            namespaces=("default",),
+            tls=True,
         ).start()
         self._on_stop(self.kube.stop)
         self.base.mkdir(parents=True, exist_ok=True)
@@ -380,7 +385,12 @@ class Stack:
     def endpoints(self) -> dict[str, Any]:
         """Everything a client needs, with exactly the keys `serve` writes to endpoints.json."""
         return {
-            "kubernetes": {"url": self.kube.url, "token": self.kube.admin_token},
+            "kubernetes": {
+                "url": self.kube.url,
+                "token": self.kube.admin_token,
+                "certificate_authority": str(self.kube.tls.ca_file) if self.kube.tls else None,
+                "kubeconfig": str(self.admin_kubeconfig),
+            },
             "filer": {"url": self.filer.url},
             "storage": self.storage_endpoints(),
             "broker": {"url": self.broker.url},
