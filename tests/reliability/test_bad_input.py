@@ -359,7 +359,9 @@ def test_huge_bodies(world: Testbed, mode: str) -> None:
             event["data"] = {"pad": padding}
             headers, body = encode(event, mode)
         assert len(body) > MAX_BODY_BYTES
-        response = expect_rejected(world, function, headers, body, ("exceeds", "bytes", "limit"))
+        response = expect_rejected(
+            world, function, headers, body, ("exceeds", "bytes", "limit"), status=413
+        )
         assert str(MAX_BODY_BYTES) in response.text
 
 
