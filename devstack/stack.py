@@ -57,8 +57,8 @@ from devstack.functions_host import FUNCTIONS, FunctionHost, ProcessFunctionHost
 from devstack.seaweedfs import BUCKET, MOUNT_ROOT, FaultProxy, SeaweedServer, Shared, Webhook, WebhookRelay
 from devstack.standins.kube import KubeServer
 from devstack.workload import Workload
-from functions._edge import reset_deps
 from functions.adapters.storage import quote_path
+from functions.edge.bootstrap import reset_deps
 
 log = logging.getLogger("devstack.stack")
 

@@ -33,8 +33,9 @@ from cloudevents.http import CloudEvent
 
 from events.domain import ADAPTER_ADMITTED, ADAPTER_DRIFTED, AdapterAdmitted, AdapterRef
 from events.external import API_ADD, API_UPDATE
-from functions import _edge
-from functions._inputs import adapter_ref, kube_object, stored
+from functions.edge import messages, shell
+from functions.edge.bootstrap import Deps
+from functions.edge.inputs import adapter_ref, kube_object, stored
 from functions.errors import Reject
 from functions.logic import conditions, facts, phase, serving
 from functions.logic.paths import adapter_dir, check_label, check_subdomain, is_under
@@ -217,7 +218,7 @@ def _parse(kind: Kind, obj: Obj) -> LoRAAdapter | SGLangAdapter:
     return stored(LoRAAdapter, obj) if kind == VLLM_ADAPTER else stored(SGLangAdapter, obj)
 
 
-def handle(event: CloudEvent, deps: _edge.Deps) -> CloudEvent | None:
+def handle(event: CloudEvent, deps: Deps) -> CloudEvent | None:
     if event["type"] == ADAPTER_DRIFTED:
         ref = adapter_ref(event)
         return admit_one(deps, ADAPTER_KINDS[ref.api_version], ref.namespace, ref.name)
@@ -231,7 +232,7 @@ def handle(event: CloudEvent, deps: _edge.Deps) -> CloudEvent | None:
     return admit_one(deps, kind, obj["metadata"]["namespace"], obj["metadata"]["name"])
 
 
-def on_model(deps: _edge.Deps, model: Obj) -> None:
+def on_model(deps: Deps, model: Obj) -> None:
     """A Model appeared: admit again the seed-1 adapters of its namespace that wait for it,
     publishing each admitted event (the resync tick would have found them later)."""
     namespace, name = model["metadata"]["namespace"], model["metadata"]["name"]
@@ -243,7 +244,7 @@ def on_model(deps: _edge.Deps, model: Obj) -> None:
                 deps.broker.publish(admitted)
 
 
-def admit_one(deps: _edge.Deps, kind: Kind, namespace: str, name: str) -> CloudEvent | None:
+def admit_one(deps: Deps, kind: Kind, namespace: str, name: str) -> CloudEvent | None:
     """Finalizer, then the status admission decides; the admitted event when either changed."""
     kube = deps.kube
     obj = kube.get(kind, namespace, name)
@@ -297,7 +298,7 @@ def admit_one(deps: _edge.Deps, kind: Kind, namespace: str, name: str) -> CloudE
     ref_out = AdapterRef.model_validate(
         {"apiVersion": kind.api_version, "namespace": namespace, "name": name}
     )
-    return _edge.reply(
+    return messages.reply(
         ADAPTER_ADMITTED,
         NAME,
         kind.path(namespace, name),
@@ -317,4 +318,4 @@ def _condition_message(kind: Kind, obj: Obj) -> str:
     return ""
 
 
-admit = _edge.function(NAME, ACCEPTS, handle)
+admit = shell.function(NAME, ACCEPTS, handle)

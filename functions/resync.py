@@ -18,10 +18,11 @@ from cloudevents.http import CloudEvent
 
 from events.domain import ADAPTER_DRIFTED, STEP_EXTENSION, AdapterDrifted, AdapterRef
 from events.external import PING, PingData
-from functions import _edge, _inputs
-from functions._edge import Deps
 from functions.adapters import fleet
 from functions.adapters.concurrency import bounded_map
+from functions.edge import inputs, messages, shell
+from functions.edge.bootstrap import Deps
+from functions.edge.messages import Reply
 from functions.logic import drift
 from functions.logic.pods import Endpoint
 from functions.resources.kinds import (
@@ -39,9 +40,9 @@ NAME = "resync"
 ACCEPTS = (PING,)
 
 
-def handle(event: CloudEvent, deps: Deps) -> _edge.Reply:
+def handle(event: CloudEvent, deps: Deps) -> Reply:
     if event.get_data() not in (None, b"", ""):
-        _edge.data_as(event, PingData)  # a tick carries an object or nothing; garbage is a 400
+        messages.data_as(event, PingData)  # a tick carries an object or nothing; garbage is a 400
     snapshot = observe(deps)
     for nudge in drift.drift(snapshot, deps.settings.mount_root):
         deps.broker.publish(to_event(nudge))
@@ -52,7 +53,7 @@ def observe(deps: Deps) -> drift.Snapshot:
     kube = deps.kube
     located: list[tuple[str, drift.Namespaced, Endpoint]] = []
     for pod in kube.iter(POD, None, f"{SERVING_LABEL}=true"):
-        target = _inputs.serving_target(pod)
+        target = inputs.serving_target(pod)
         ep = fleet.endpoint_of(deps, pod, target) if target is not None else None
         if ep is not None and target is not None:
             which = "md" if target.kind == "ModelDeployment" else "isvc"
@@ -88,7 +89,7 @@ def to_event(nudge: drift.Nudge) -> CloudEvent:
     )
     data = AdapterDrifted.model_validate({"adapter": ref, "step": nudge.step, "reason": nudge.reason})
     subject = ADAPTER_KINDS[nudge.api_version].path(nudge.namespace, nudge.name)
-    return _edge.reply(ADAPTER_DRIFTED, NAME, subject, data, {STEP_EXTENSION: nudge.step})
+    return messages.reply(ADAPTER_DRIFTED, NAME, subject, data, {STEP_EXTENSION: nudge.step})
 
 
-resync = _edge.function(NAME, ACCEPTS, handle)
+resync = shell.function(NAME, ACCEPTS, handle)

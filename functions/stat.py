@@ -37,8 +37,9 @@ from events.domain import (
     AdapterStatCompleted,
     FileChanged,
 )
-from functions import _edge
-from functions._inputs import adapter_ref, stored
+from functions.edge import messages, shell
+from functions.edge.bootstrap import Deps
+from functions.edge.inputs import adapter_ref, stored
 from functions.errors import KubeRefused, Reject
 from functions.logic import conditions, phase, reasons
 from functions.logic.paths import STORAGE_ROOT, adapter_dir, adapter_of_path, check_storage_path, is_under
@@ -181,7 +182,7 @@ def _targets(event: CloudEvent) -> list[tuple[str, str, str | None]]:
     if any(code in path.lower() for code in ("%2e", "%2f", "%5c", "%00")):
         raise Reject(f"path {path!r} contains percent-encoded dots, slashes or NUL")
     check_storage_path(path)
-    changed = _edge.data_as(event, FileChanged)
+    changed = messages.data_as(event, FileChanged)
     out: list[tuple[str, str, str | None]] = []
     for candidate in (changed.path, changed.new_path):
         if candidate and is_under(candidate, STORAGE_ROOT):
@@ -191,9 +192,7 @@ def _targets(event: CloudEvent) -> list[tuple[str, str, str | None]]:
     return out
 
 
-def _one(
-    deps: _edge.Deps, namespace: str, name: str, model: str | None, nudged: bool = False
-) -> CloudEvent | None:
+def _one(deps: Deps, namespace: str, name: str, model: str | None, nudged: bool = False) -> CloudEvent | None:
     """Observe one adapter's directory; reply when the observation changed or resync nudged.
 
     A resync nudge means the adapter is stuck short of a verdict, most likely because the
@@ -249,14 +248,14 @@ def _one(
     payload = AdapterStatCompleted(
         adapter=ref, files=len(listing), size=format_bytes(sum(f.size for f in listing))
     )
-    return _edge.reply(ADAPTER_STAT_COMPLETED, NAME, VLLM_ADAPTER.path(namespace, name), payload)
+    return messages.reply(ADAPTER_STAT_COMPLETED, NAME, VLLM_ADAPTER.path(namespace, name), payload)
 
 
 def _first(replies: Iterable[CloudEvent | None]) -> CloudEvent | None:
     return next((r for r in replies if r is not None), None)
 
 
-def handle(event: CloudEvent, deps: _edge.Deps) -> CloudEvent | None:
+def handle(event: CloudEvent, deps: Deps) -> CloudEvent | None:
     # A rename between two adapters touches both; the reply (one per response) goes to the
     # adapter the file arrived in, the other one is repaired by the next nudge/resync.
     targets = _targets(event)
@@ -265,4 +264,4 @@ def handle(event: CloudEvent, deps: _edge.Deps) -> CloudEvent | None:
     return _first(reversed(replies))
 
 
-stat = _edge.function(NAME, ACCEPTS, handle)
+stat = shell.function(NAME, ACCEPTS, handle)

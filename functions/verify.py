@@ -32,8 +32,9 @@ from events.domain import (
     AdapterReady,
     AdapterRef,
 )
-from functions import _edge
-from functions._inputs import adapter_ref, stored
+from functions.edge import messages, shell
+from functions.edge.bootstrap import Deps
+from functions.edge.inputs import adapter_ref, stored
 from functions.logic import conditions, facts, integrity, phase, reasons
 from functions.resources.kinds import VLLM_ADAPTER
 from functions.resources.rackai import LoRAAdapter, LoRAAdapterStatus
@@ -117,7 +118,7 @@ def verdict_of(status: Obj | None) -> tuple[str, str] | None:
 
 
 # -- shell -----------------------------------------------------------------------------------
-def handle(event: CloudEvent, deps: _edge.Deps) -> CloudEvent | None:
+def handle(event: CloudEvent, deps: Deps) -> CloudEvent | None:
     ref = adapter_ref(event)
     if ref.api_version != VLLM_ADAPTER.api_version:
         return None
@@ -162,11 +163,11 @@ def handle(event: CloudEvent, deps: _edge.Deps) -> CloudEvent | None:
     if after[1] == phase.INTEGRITY_CHECK_FAILED:
         kube.record_event(written.obj, "Warning", after[1], str(condition.get("message") or ""), NAME, now)
     if after[0] == "True":
-        return _edge.reply(ADAPTER_READY, NAME, subject, AdapterReady(adapter=out))
+        return messages.reply(ADAPTER_READY, NAME, subject, AdapterReady(adapter=out))
     if after[0] == "False" and after[1] in phase.TERMINAL:
         failed = AdapterFailed(adapter=out, reason=after[1], message=str(condition.get("message") or ""))
-        return _edge.reply(ADAPTER_FAILED, NAME, subject, failed)
+        return messages.reply(ADAPTER_FAILED, NAME, subject, failed)
     return None
 
 
-verify = _edge.function(NAME, ACCEPTS, handle)
+verify = shell.function(NAME, ACCEPTS, handle)

@@ -35,8 +35,8 @@ from devstack.seaweedfs import MOUNT_ROOT, FaultProxy, Shared, shared
 from devstack.standins.kube import KubeServer
 from devstack.workload import Workload
 from events.domain import AdapterRef
-from functions._edge import reset_deps
 from functions.adapters.storage import quote_path
+from functions.edge.bootstrap import reset_deps
 from functions.resources.kinds import VLLM_ADAPTER, Kind
 from tests.support.filer import FilerClient
 
