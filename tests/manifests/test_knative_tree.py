@@ -227,7 +227,7 @@ def test_the_dead_letter_sink_is_our_function() -> None:
     (sink,) = [s for s in of_kind("Service") if s["metadata"]["name"] == "loraflow-dead-letters"]
     assert env_of(sink)["FUNCTION_TARGET"] == "dead_letters" in main_py_functions()
     assert container(sink)["image"] == "ghcr.io/loraflow/functions:0.1.0"
-    assert "serviceAccountName" not in sink["spec"]["template"]["spec"], "it needs no API access"
+    assert sink["spec"]["template"]["spec"]["serviceAccountName"] == "loraflow-dead-letters"  # no role
 
 
 def test_config_map_covers_settings_with_defaults() -> None:
@@ -236,7 +236,9 @@ def test_config_map_covers_settings_with_defaults() -> None:
     assert "LORAFLOW_WEBHOOK_TOKEN" not in config["data"], "the token belongs in a Secret"
     ingest = next(s for s in FUNCTION_SERVICES if s["metadata"]["name"] == "loraflow-ingest")
     token = env_of(ingest)["LORAFLOW_WEBHOOK_TOKEN"]["secretKeyRef"]
-    assert token == {"name": "loraflow-webhook", "key": "token", "optional": False}
+    # optional in the core (SQS needs none; ingest refuses webhook posts without it), required
+    # by components/webhook (test_components.py)
+    assert token == {"name": "loraflow-webhook", "key": "token", "optional": True}
 
 
 # --- rbac --------------------------------------------------------------------------------
@@ -262,7 +264,7 @@ def test_rbac_is_least_privilege() -> None:
 
 def test_each_function_has_its_own_account_and_ingest_none() -> None:
     """Least privilege per function: its own ServiceAccount, bound to its own ClusterRole only;
-    ingest reads nothing from Kubernetes, so it has no binding and mounts no token
+    ingest and dead_letters read nothing from Kubernetes: no binding, no token mounted
     (tests/reliability/test_rbac_used.py proves every remaining grant is used)."""
     accounts = {
         a["metadata"]["name"]: a
@@ -274,13 +276,12 @@ def test_each_function_has_its_own_account_and_ingest_none() -> None:
         for b in of_kind("ClusterRoleBinding")
         if b["metadata"]["name"].startswith("loraflow-")
     }
-    for function in CONTRACT_FUNCTIONS:
+    for function in CONTRACT_FUNCTIONS | {"dead-letters"}:
         assert f"loraflow-{function}" in accounts
-        if function == "ingest":
-            assert accounts["loraflow-ingest"]["automountServiceAccountToken"] is False
-            assert not [
-                b for b in bindings.values() if any(s["name"] == "loraflow-ingest" for s in b["subjects"])
-            ]
+        if function in ("ingest", "dead-letters"):
+            account = f"loraflow-{function}"
+            assert accounts[account]["automountServiceAccountToken"] is False
+            assert not [b for b in bindings.values() if any(s["name"] == account for s in b["subjects"])]
             continue
         binding = bindings[f"loraflow-{function}"]
         assert binding["roleRef"]["name"] == f"loraflow-{function}"
