@@ -25,7 +25,7 @@ Outcomes: 200 + admitted; 204 nothing changed / object gone / being deleted (unl
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -85,7 +85,7 @@ def decide_rackai(adapter: LoRAAdapter, model_exists: bool, now: datetime) -> Lo
             directory = adapter_dir(namespace, model, name)
         except Reject:
             directory = None
-    declared_md5s = (adapter.spec.integrity.md5 or {}) if adapter.spec.integrity else {}
+    declared_md5s = adapter.declared_md5s()
     declared = sorted(declared_md5s)
     outside = [k for k in declared if directory is None or not is_under(k, directory)]
 
@@ -201,16 +201,17 @@ def accepted(target: InferenceService, namespace: str) -> bool:
 
 
 # -- shell -----------------------------------------------------------------------------------
-def _deleting(obj: Obj) -> bool:
-    return bool((obj.get("metadata") or {}).get("deletionTimestamp"))
+def _verdict(kind: Kind, obj: Obj | None) -> Mapping[str, Any] | None:
+    """The adapter's Ready (vllm) or Available (sglang) condition."""
+    return (
+        None
+        if obj is None
+        else facts.condition(obj, phase.READY if kind == VLLM_ADAPTER else phase.AVAILABLE)
+    )
 
 
 def _ready_reason(kind: Kind, obj: Obj | None) -> str | None:
-    if obj is None:
-        return None
-    conds = (obj.get("status") or {}).get("conditions") or []
-    want = phase.READY if kind == VLLM_ADAPTER else phase.AVAILABLE
-    found = next((c for c in conds if isinstance(c, dict) and c.get("type") == want), None)
+    found = _verdict(kind, obj)
     return None if found is None or found.get("status") == "True" else str(found.get("reason"))
 
 
@@ -227,7 +228,7 @@ def handle(event: CloudEvent, deps: Deps) -> CloudEvent | None:
     if kind == MODEL and event["type"] == API_ADD:
         on_model(deps, obj)
         return None
-    if kind is None or kind not in ADAPTER_KINDS.values() or _deleting(obj):
+    if kind is None or kind not in ADAPTER_KINDS.values() or facts.deleting(obj):
         return None
     return admit_one(deps, kind, obj["metadata"]["namespace"], obj["metadata"]["name"])
 
@@ -237,7 +238,7 @@ def on_model(deps: Deps, model: Obj) -> None:
     publishing each admitted event (the resync tick would have found them later)."""
     namespace, name = model["metadata"]["namespace"], model["metadata"]["name"]
     for adapter in deps.kube.iter(VLLM_ADAPTER, namespace):
-        waits = (adapter.get("spec") or {}).get("model") == name
+        waits = facts.spec(adapter).get("model") == name
         if waits and _ready_reason(VLLM_ADAPTER, adapter) == phase.MODEL_NOT_FOUND:
             admitted = admit_one(deps, VLLM_ADAPTER, namespace, adapter["metadata"]["name"])
             if admitted is not None:
@@ -248,13 +249,13 @@ def admit_one(deps: Deps, kind: Kind, namespace: str, name: str) -> CloudEvent |
     """Finalizer, then the status admission decides; the admitted event when either changed."""
     kube = deps.kube
     obj = kube.get(kind, namespace, name)
-    if obj is None or _deleting(obj):
+    if obj is None or facts.deleting(obj):
         return None
     now = deps.clock()
 
     def finalizers(current: Obj) -> list[str] | None:
-        present = list((current.get("metadata") or {}).get("finalizers") or [])
-        return None if _deleting(current) or FINALIZER in present else [*present, FINALIZER]
+        present = list(facts.meta(current).get("finalizers") or [])
+        return None if facts.deleting(current) or FINALIZER in present else [*present, FINALIZER]
 
     added = kube.write_finalizers(kind, namespace, name, finalizers)
     if added is None:
@@ -266,7 +267,7 @@ def admit_one(deps: Deps, kind: Kind, namespace: str, name: str) -> CloudEvent |
 
     def desired(current: Obj) -> Obj | None:
         seen["before"] = current
-        if _deleting(current):
+        if facts.deleting(current):
             return None
         adapter = _parse(kind, current)
         if isinstance(adapter, LoRAAdapter):
@@ -294,7 +295,7 @@ def admit_one(deps: Deps, kind: Kind, namespace: str, name: str) -> CloudEvent |
         kube.record_event(written.obj, "Warning", after, message, NAME, now)
     if not (written.changed or added.changed):
         return None
-    generation = int((written.obj.get("metadata") or {}).get("generation") or 0)
+    generation = int(facts.meta(written.obj).get("generation") or 0)
     ref_out = AdapterRef.model_validate(
         {"apiVersion": kind.api_version, "namespace": namespace, "name": name}
     )
@@ -311,11 +312,8 @@ def adapter_status_wire(status: LoRAAdapterStatus | SGLangAdapterStatus) -> Obj:
 
 
 def _condition_message(kind: Kind, obj: Obj) -> str:
-    want = phase.READY if kind == VLLM_ADAPTER else phase.AVAILABLE
-    for c in (obj.get("status") or {}).get("conditions") or []:
-        if isinstance(c, dict) and c.get("type") == want:
-            return str(c.get("message") or "")
-    return ""
+    found = _verdict(kind, obj)
+    return str(found.get("message") or "") if found is not None else ""
 
 
 admit = shell.function(NAME, ACCEPTS, handle)

@@ -41,7 +41,7 @@ from functions.edge import messages, shell
 from functions.edge.bootstrap import Deps
 from functions.edge.inputs import adapter_ref, stored
 from functions.errors import KubeRefused, Reject
-from functions.logic import conditions, phase, reasons
+from functions.logic import conditions, facts, phase, reasons
 from functions.logic.paths import STORAGE_ROOT, adapter_dir, adapter_of_path, check_storage_path, is_under
 from functions.logic.quantity import format_bytes
 from functions.resources.kinds import VLLM_ADAPTER
@@ -83,7 +83,7 @@ def recorded(
     the API server refuse every write (500 "etcdserver: request is too large"). Verify needs
     only the declared files, which the spec itself bounds.
     """
-    declared = set((adapter.spec.integrity.md5 if adapter.spec.integrity else None) or {})
+    declared = set(adapter.declared_md5s())
     ordered = sorted(listing, key=lambda f: f.path)
     chosen = [f for f in ordered if f.path in declared]
     budget = max_bytes - sum(2 * len(f.path) + FILE_OVERHEAD for f in chosen)
@@ -140,11 +140,8 @@ def decide(
 def declared_changed(adapter: LoRAAdapter, listing: Sequence[StoredFile]) -> bool:
     """A declared file is observed with another MD5 or size than the status recorded, or it
     came or went. (A file storage reports without an MD5 changes unseen when its size stays.)"""
-    declared = set((adapter.spec.integrity.md5 if adapter.spec.integrity else None) or {})
-    recorded_files = (
-        adapter.status.integrity.files if adapter.status and adapter.status.integrity else None
-    ) or {}
-    before = {p: (f.md5, f.size) for p, f in recorded_files.items() if p in declared}
+    declared = set(adapter.declared_md5s())
+    before = {p: (f.md5, f.size) for p, f in adapter.recorded_files().items() if p in declared}
     after = {f.path: (f.md5, f.size) for f in listing if f.path in declared}
     return before != after
 
@@ -201,7 +198,7 @@ def _one(deps: Deps, namespace: str, name: str, model: str | None, nudged: bool 
     """
     kube = deps.kube
     obj = kube.get(VLLM_ADAPTER, namespace, name)
-    if obj is None or (obj.get("metadata") or {}).get("deletionTimestamp"):
+    if obj is None or facts.deleting(obj):
         return None
     adapter = stored(LoRAAdapter, obj)
     if model is not None and adapter.spec.model != model:
@@ -215,7 +212,7 @@ def _one(deps: Deps, namespace: str, name: str, model: str | None, nudged: bool 
 
     def desired(current: Obj) -> Obj | None:
         fresh = stored(LoRAAdapter, current)
-        if (current.get("metadata") or {}).get("deletionTimestamp") or listing_dir(fresh) != directory:
+        if facts.deleting(current) or listing_dir(fresh) != directory:
             return None  # moved under us: the next nudge lists the right place
         return decide(fresh, listing, now, deps.settings.status_max_files, budget).to_wire()
 
@@ -238,7 +235,7 @@ def _one(deps: Deps, namespace: str, name: str, model: str | None, nudged: bool 
     )
     if unchanged and not nudged:
         return None
-    shown = len((written.obj.get("status") or {}).get("files") or [])
+    shown = len(facts.status(written.obj).get("files") or [])
     if shown < len(listing) and not unchanged:
         message = f"status lists {shown} of the {len(listing)} files in {directory} (declared ones first)"
         deps.kube.record_event(written.obj, "Warning", TRUNCATED, message, NAME, now)

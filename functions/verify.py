@@ -47,13 +47,11 @@ Obj = dict[str, Any]
 
 # -- pure ------------------------------------------------------------------------------------
 def observed_files(adapter: LoRAAdapter) -> dict[str, integrity.Observed]:
-    status = adapter.status
-    files = (status.integrity.files if status and status.integrity else None) or {}
-    return {path: integrity.Observed(md5=f.md5, size=f.size) for path, f in files.items()}
+    return {path: integrity.Observed(md5=f.md5, size=f.size) for path, f in adapter.recorded_files().items()}
 
 
 def declared(adapter: LoRAAdapter) -> dict[str, str]:
-    return dict((adapter.spec.integrity.md5 if adapter.spec.integrity else None) or {})
+    return adapter.declared_md5s()
 
 
 def decide(adapter: LoRAAdapter, hashed: Mapping[str, str | None], now: datetime) -> LoRAAdapterStatus:
@@ -125,7 +123,7 @@ def handle(event: CloudEvent, deps: Deps) -> CloudEvent | None:
     kube = deps.kube
     namespace, name = ref.namespace, ref.name
     obj = kube.get(VLLM_ADAPTER, namespace, name)
-    if obj is None or (obj.get("metadata") or {}).get("deletionTimestamp"):
+    if obj is None or facts.deleting(obj):
         return None
     now = deps.clock()
     limit = deps.settings.hash_max_bytes
@@ -134,7 +132,7 @@ def handle(event: CloudEvent, deps: Deps) -> CloudEvent | None:
 
     def desired(current: Obj) -> Obj | None:
         seen["before"] = current
-        if (current.get("metadata") or {}).get("deletionTimestamp"):
+        if facts.deleting(current):
             return None
         adapter = stored(LoRAAdapter, current)
         observed = observed_files(adapter)

@@ -78,6 +78,16 @@ class LoRAAdapter(WireModel):
     spec: LoRAAdapterSpec
     status: LoRAAdapterStatus | None = None
 
+    def declared_md5s(self) -> dict[str, str]:
+        """spec.integrity.md5: each declared file's expected MD5 (none declared: empty)."""
+        integrity = self.spec.integrity
+        return dict(integrity.md5 or {}) if integrity is not None else {}
+
+    def recorded_files(self) -> dict[str, FileStatus]:
+        """status.integrity.files: what stat last observed of each file."""
+        integrity = self.status.integrity if self.status is not None else None
+        return dict(integrity.files or {}) if integrity is not None else {}
+
 
 class ModelSpec(WireModel):
     display_name: str | None = None
