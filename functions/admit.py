@@ -2,15 +2,15 @@
 
 Trigger: `dev.knative.apiserver.resource.add|update` for kind LoRAAdapter (either apiVersion);
     `io.loraflow.adapter.drifted.v1` with extension `loraflowstep=admit`;
-    `dev.knative.apiserver.resource.add` for kind Model: the seed-1 adapters of its namespace
+    `dev.knative.apiserver.resource.add` for kind Model: the vllm adapters of its namespace
     that wait for it (Ready False `ModelNotFound`) are admitted again at once.
-Reads: the adapter (re-read by name; the event data is only a reference); seed 1: the Model
-    `spec.model` in the adapter's namespace; seed 2: the InferenceService of
+Reads: the adapter (re-read by name; the event data is only a reference); vllm: the Model
+    `spec.model` in the adapter's namespace; sglang: the InferenceService of
     `spec.inferenceServiceRef` (namespace defaults to the adapter's).
 Writes: metadata.finalizers += `loraflow.io/unload` (first), then one status write.
-    Seed 1: storageRef.path, observedGeneration, Ready (False `ModelNotFound` /
+    vllm: storageRef.path, observedGeneration, Ready (False `ModelNotFound` /
     `IntegrityPathOutsideAdapter`; Unknown `Admitted` when admission passes and no later
-    step has a verdict yet), phase, ready. Seed 2: Available (True `InferenceServiceReady`;
+    step has a verdict yet), phase, ready. sglang: Available (True `InferenceServiceReady`;
     False `InferenceServiceNotFound` / `RuntimeMismatch`), Error (True with the same reason,
     else False `NoError`; Error reasons set by other steps are left alone).
     A Warning Event is recorded on a transition into a failure reason.
@@ -73,8 +73,8 @@ def model_name_valid(model: str) -> bool:
     return _valid(check_subdomain, model)
 
 
-def decide_rackai(adapter: LoRAAdapter, model_exists: bool, now: datetime) -> LoRAAdapterStatus:
-    """The whole seed-1 status after admission (other steps' fields kept as they are)."""
+def decide_vllm(adapter: LoRAAdapter, model_exists: bool, now: datetime) -> LoRAAdapterStatus:
+    """The whole vllm status after admission (other steps' fields kept as they are)."""
     meta = adapter.metadata
     namespace, name, model = meta.namespace or "", meta.name or "", adapter.spec.model
     status = adapter.status or LoRAAdapterStatus()
@@ -154,7 +154,7 @@ def decide_rackai(adapter: LoRAAdapter, model_exists: bool, now: datetime) -> Lo
 def decide_sglang(
     adapter: SGLangAdapter, target: InferenceService | None, now: datetime, roots: Sequence[str] = ("/",)
 ) -> SGLangAdapterStatus:
-    """The whole seed-2 status after admission: Available and (admit's part of) Error.
+    """The whole sglang status after admission: Available and (admit's part of) Error.
 
     Consent and paths are the serving planner's rules (functions/logic/serving.py): an
     InferenceService in another namespace must accept this one, and spec.path must be absolute,
@@ -234,7 +234,7 @@ def handle(event: CloudEvent, deps: Deps) -> CloudEvent | None:
 
 
 def on_model(deps: Deps, model: Obj) -> None:
-    """A Model appeared: admit again the seed-1 adapters of its namespace that wait for it,
+    """A Model appeared: admit again the vllm adapters of its namespace that wait for it,
     publishing each admitted event (the resync tick would have found them later)."""
     namespace, name = model["metadata"]["namespace"], model["metadata"]["name"]
     for adapter in deps.kube.iter(VLLM_ADAPTER, namespace):
@@ -274,7 +274,7 @@ def admit_one(deps: Deps, kind: Kind, namespace: str, name: str) -> CloudEvent |
             model = adapter.spec.model
             if model not in models:
                 models[model] = model_name_valid(model) and kube.get(MODEL, namespace, model) is not None
-            return adapter_status_wire(decide_rackai(adapter, models[model], now))
+            return adapter_status_wire(decide_vllm(adapter, models[model], now))
         ref = adapter.spec.inference_service_ref
         key = (ref.namespace or namespace, ref.name)
         if key not in services:

@@ -2,7 +2,7 @@
 
 Trigger: `io.loraflow.adapter.admitted.v1`; `io.loraflow.file.changed.v1` (subject = the
     full storage path); `io.loraflow.adapter.drifted.v1` with `loraflowstep=stat`.
-Reads: the seed-1 adapter (re-read; for file.changed the adapter is found from the path
+Reads: the vllm adapter (re-read; for file.changed the adapter is found from the path
     `/loraadapters/{ns}/{model}/{name}/...` and must have that `spec.model`); storage
     (`stat_dir` of `status.storageRef.path`, else the computed directory).
 Writes: one status write: files [{path, size}], size (BinarySI Quantity of the total,
@@ -14,7 +14,7 @@ Writes: one status write: files [{path, size}], size (BinarySI Quantity of the t
     `StatusFilesTruncated` says so when the observation changes.
 Replies: `io.loraflow.adapter.statcompleted.v1` when the observation changed, and always on a
     resync nudge (which means a verify was lost).
-Outcomes: 200 + statcompleted; 204 nothing changed / seed-2 adapter / no adapter at that
+Outcomes: 200 + statcompleted; 204 nothing changed / sglang adapter / no adapter at that
     path / adapter gone or being deleted; 400 a path not normalised or not under
     /loraadapters/, malformed event; 503 storage or Kubernetes API unavailable (status is
     left untouched: never a half-true observation).
@@ -147,7 +147,7 @@ def declared_changed(adapter: LoRAAdapter, listing: Sequence[StoredFile]) -> boo
 
 
 def listing_dir(adapter: LoRAAdapter) -> str | None:
-    """Where the adapter's files live: status.storageRef.path, else the seed-1 layout."""
+    """Where the adapter's files live: status.storageRef.path, else the vllm layout."""
     ref = adapter.status.storage_ref if adapter.status else None
     if ref is not None and ref.path and is_under(ref.path, STORAGE_ROOT):
         return ref.path.rstrip("/") + "/"

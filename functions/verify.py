@@ -2,7 +2,7 @@
 
 Trigger: `io.loraflow.adapter.statcompleted.v1`; `io.loraflow.adapter.admitted.v1` (a
     spec.integrity declared or changed after the upload).
-Reads: the seed-1 adapter (re-read): spec.integrity.md5 and status.integrity.files; storage,
+Reads: the vllm adapter (re-read): spec.integrity.md5 and status.integrity.files; storage,
     only to hash (streaming, at most `LORAFLOW_HASH_MAX_BYTES`) a declared file whose backend
     reported no MD5.
 Writes: one status write: uploadComplete, Ready (True `IntegrityVerified`; False
@@ -11,7 +11,7 @@ Writes: one status write: uploadComplete, Ready (True `IntegrityVerified`; False
     A Warning Event is recorded on a transition into `IntegrityCheckFailed`.
 Replies: `io.loraflow.adapter.ready.v1` when the verdict became Ready,
     `io.loraflow.adapter.failed.v1` when it became a failure; nothing otherwise.
-Outcomes: 200 + ready/failed; 204 verdict unchanged / seed-2 adapter / adapter gone or being
+Outcomes: 200 + ready/failed; 204 verdict unchanged / sglang adapter / adapter gone or being
     deleted; 400 malformed event; 503 storage (while hashing) or Kubernetes API unavailable.
 """
 

@@ -1,4 +1,4 @@
-"""Seed 1 (`rackai.rackspace.com/v1alpha1`): LoRAAdapter stored in SeaweedFS, Model, ModelDeployment."""
+"""The vllm kind (`rackai.rackspace.com/v1alpha1`): LoRAAdapter in SeaweedFS, Model, ModelDeployment."""
 
 from __future__ import annotations
 

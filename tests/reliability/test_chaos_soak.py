@@ -48,7 +48,7 @@ class Chaos:
         if len(self.v1) >= MAX_ADAPTERS:
             return self.delete_v1()
         name = self._name("a")
-        self.env.seed1(name, corrupt=self.rng.random() < 0.15)
+        self.env.vllm(name, corrupt=self.rng.random() < 0.15)
         self.v1.add(name)
 
     def delete_v1(self) -> None:
@@ -61,7 +61,7 @@ class Chaos:
         if len(self.v2) >= MAX_ADAPTERS:
             return self.delete_v2()
         name = self._name("s")
-        self.env.seed2(name, "svc")
+        self.env.sglang(name, "svc")
         self.v2.add(name)
 
     def delete_v2(self) -> None:

@@ -116,7 +116,7 @@ def lifecycle(world: Testbed) -> None:
     pod_obj = world.api.sanitize_for_serialization(fresh)
     pod_obj.update(apiVersion="v1", kind="Pod")
     send(world, "reload", world.apiserver_event("update", pod_obj))
-    # seed 2: an InferenceService running sglang and an adapter targeting it
+    # the sglang kind: an InferenceService running sglang and an adapter targeting it
     world.create(
         INFERENCE_SERVICE, ns, {"metadata": {"name": "isvc"}, "spec": {"runtime": "sglang", "replicas": 1}}
     )
@@ -166,7 +166,7 @@ def rest_of_the_paths(
     """The paths a happy lifecycle does not take, each a reason for a grant: a Model appearing
     (admit lists the adapters that wait for it), target events (load and unload read the
     ModelDeployment and its namespace's adapters), failures that record Events (stat truncates,
-    verify finds a mismatch, reload fails a load), a restarted sglang pod (reload of seed 2)."""
+    verify finds a mismatch, reload fails a load), a restarted sglang pod (reload of the sglang kind)."""
     waiting = world.create(VLLM_ADAPTER, ns, {"metadata": {"name": "w"}, "spec": {"model": "m2"}})
     send(world, "admit", world.apiserver_event("add", waiting))
     model = world.create(MODEL, ns, {"metadata": {"name": "m2"}, "spec": {}})

@@ -1,11 +1,11 @@
 """resync at scale: thousands of adapters, paginated lists, nudges for exactly what drifted.
 
-2,000 seed-1 adapters over 40 ModelDeployments (one Ready replica each) and 200 seed-2
+2,000 vllm adapters over 40 ModelDeployments (one Ready replica each) and 200 sglang
 adapters over 4 InferenceServices are created straight in the Kubernetes stand-in's store
 (each Ready/Available, used, Loaded, present in its pod's engine), then a known set drifts:
-seed 1 missing from its pod (load), stale usedBy (load), a new generation not yet observed
+vllm: missing from its pod (load), stale usedBy (load), a new generation not yet observed
 (admit), loaded where no deployment names it (unload), deleted with our finalizer still set
-(unload); seed 2 missing from its pod (load), never admitted (admit). One ping to resync
+(unload); sglang: missing from its pod (load), never admitted (admit). One ping to resync
 (over HTTP, functions-framework) must publish exactly those nudges, after paginated lists.
 """
 

@@ -184,7 +184,7 @@ def fresh_admission(deps: Deps, observed: fleet.Observed, models: set[tuple[str,
         return {**obj, "status": admit.decide_sglang(adapter, target, NOW).to_wire()}
     rackai = LoRAAdapter.model_validate(obj)
     exists = admit.model_name_valid(rackai.spec.model) and (namespace, rackai.spec.model) in models
-    rackai = rackai.model_copy(update={"status": admit.decide_rackai(rackai, exists, NOW)})
+    rackai = rackai.model_copy(update={"status": admit.decide_vllm(rackai, exists, NOW)})
     directory = stat.listing_dir(rackai)
     if directory is not None:
         rackai = rackai.model_copy(

@@ -119,7 +119,7 @@ class Testbed:
         return patched
 
     def mark_ready(self, namespace: str, name: str, storage_dir: str) -> None:
-        """Give a seed-1 adapter the status admit and verify leave once its files matched."""
+        """Give a vllm adapter the status admit and verify leave once its files matched."""
         status = {"observedGeneration": 1, "conditions": [READY], "storageRef": {"path": storage_dir}}
         self.custom.patch_namespaced_custom_object_status(
             VLLM_ADAPTER.group,

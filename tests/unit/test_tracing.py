@@ -241,7 +241,7 @@ def test_a_published_event_carries_the_trace_as_headers_and_attributes(broker_in
         pytest.param(
             {"subject": "/apis/inference.rackai.rackspace.com/v1alpha1/namespaces/b/loraadapters/x"},
             "b/x",
-            id="seed-2-subject",
+            id="sglang-subject",
         ),
         pytest.param(
             {"kind": "LoRAAdapter", "namespace": "team-a", "name": "finance", "subject": "/apis/..."},
