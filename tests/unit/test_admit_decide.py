@@ -242,7 +242,7 @@ FILES = {"files": [{"path": DIR + "w", "size": 4}], "size": "4"}
         ),
     ],
 )
-def test_decide_rackai(adapter: LoRAAdapter, model_exists: bool, expected: dict[str, Any]) -> None:
+def test_decide_vllm(adapter: LoRAAdapter, model_exists: bool, expected: dict[str, Any]) -> None:
     assert decide_vllm(adapter, model_exists, NOW).to_wire() == expected
 
 
