@@ -14,7 +14,6 @@ as `w` with a query) or none.
 
 from __future__ import annotations
 
-import base64
 import binascii
 import hashlib
 import json
@@ -100,8 +99,10 @@ def md5_from_base64(value: str | None) -> str | None:
     if not value:
         return None
     try:
-        raw = base64.b64decode(value, validate=True)
-    except (binascii.Error, ValueError):
+        # what base64.b64decode(validate=True) does, without its per-call wrapping: stat
+        # decodes one per listed file (10,000 in a large adapter directory)
+        raw = binascii.a2b_base64(value, strict_mode=True)
+    except (binascii.Error, ValueError, TypeError):
         return None
     return raw.hex() if len(raw) == 16 else None
 
@@ -162,13 +163,8 @@ class FilerStorage:
                 if int(entry.get("Mode") or 0) & DIRECTORY_BIT:
                     pending.append(str(entry["FullPath"]).rstrip("/") + "/")
                 else:
-                    files.append(
-                        StoredFile(
-                            path=str(entry["FullPath"]),
-                            size=int(entry.get("FileSize") or 0),
-                            md5=md5_from_base64(entry.get("Md5")),
-                        )
-                    )
+                    path, size = str(entry["FullPath"]), int(entry.get("FileSize") or 0)
+                    files.append(StoredFile(path, size, md5_from_base64(entry.get("Md5"))))
         return sorted(files, key=lambda f: f.path)
 
     def _entries(self, directory: str) -> list[dict[str, Any]]:

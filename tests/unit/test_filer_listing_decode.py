@@ -1,4 +1,5 @@
-"""The filer listing decoder: only the fields stat reads, with the same values json.loads gives.
+"""The filer listing decoder: only the fields stat reads, with the same values json.loads gives;
+the filer's base64 `Md5` as hex.
 
 FilerStorage decodes a page into FullPath/Mode/FileSize/Md5 (and the page's cursor) without
 building the ~25 other fields of each entry; whatever that typed decode refuses is decoded
@@ -7,13 +8,14 @@ as it is, so what stat derives from a page never depends on which decoder read i
 
 from __future__ import annotations
 
+import base64
 import json
 from typing import Any
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from functions.adapters.storage import _listing_page
+from functions.adapters.storage import _listing_page, md5_from_base64
 
 # One entry of the real SeaweedFS 4.48 (seaweedfs-real.md, "Exact samples"): chunks, an Inode
 # past int64, RFC3339Nano times.
@@ -101,3 +103,22 @@ pages = st.dictionaries(
 def test_stat_reads_the_same_from_either_decoder(page: dict[str, Any]) -> None:
     raw = json.dumps(page).encode()
     assert read(_listing_page(raw)) == read(json.loads(raw))
+
+
+def test_the_filer_md5_is_read_as_hex_or_not_at_all() -> None:
+    digest = bytes(range(16))
+    assert md5_from_base64(base64.b64encode(digest).decode()) == digest.hex()
+    for malformed in (None, "", "AAAA", "ndTkYSaMgDT1yFZOFVxnpg=", "nd TkYSaMgDT1yFZOFVxnpg==", "é=="):
+        assert md5_from_base64(malformed) is None, malformed
+    assert md5_from_base64(7) is None  # type: ignore[arg-type]  # a number where base64 belongs
+
+
+@given(st.binary(min_size=16, max_size=16))
+def test_every_digest_survives_the_filer_encoding(digest: bytes) -> None:
+    assert md5_from_base64(base64.b64encode(digest).decode()) == digest.hex()
+
+
+@given(st.text(max_size=40))
+def test_any_text_gives_a_digest_or_none(value: str) -> None:
+    found = md5_from_base64(value)
+    assert found is None or (len(found) == 32 and int(found, 16) >= 0)
