@@ -120,19 +120,21 @@ def admit_reason(adapter: Obj, seed2: bool) -> str | None:
     return None
 
 
-def drift(snapshot: Snapshot, mount_root: str) -> list[Nudge]:
+def drift(snapshot: Snapshot, mount_root: str, restat: str | None = None) -> list[Nudge]:
+    """`restat`: a reason to nudge stat for every admitted seed-1 adapter whatever its state (a
+    full resync: storage changes may have gone unnoticed, and a Ready adapter's files too)."""
     nudges: dict[tuple[str, str, str, str], list[str]] = defaultdict(list)
 
     def add(adapter: Obj, step: str, reason: str) -> None:
         key = (str(adapter.get("apiVersion")), targets.namespace_of(adapter), targets.name_of(adapter), step)
         nudges[key].append(reason)
 
-    _drift_v1(snapshot, mount_root, add)
+    _drift_v1(snapshot, mount_root, add, restat)
     _drift_v2(snapshot, add)
     return [Nudge(*key, "; ".join(reasons)) for key, reasons in sorted(nudges.items())]
 
 
-def _drift_v1(snapshot: Snapshot, mount_root: str, add: Any) -> None:
+def _drift_v1(snapshot: Snapshot, mount_root: str, add: Any, restat: str | None) -> None:
     by_ns: dict[str, dict[str, Obj]] = defaultdict(dict)
     for adapter in snapshot.v1:
         by_ns[targets.namespace_of(adapter)][targets.name_of(adapter)] = adapter
@@ -146,7 +148,7 @@ def _drift_v1(snapshot: Snapshot, mount_root: str, add: Any) -> None:
             naming[(namespace, lora)].append(md)
     for adapter in snapshot.v1:
         key = (targets.namespace_of(adapter), targets.name_of(adapter))
-        _adapter_v1(adapter, naming.get(key, []), snapshot, add)
+        _adapter_v1(adapter, naming.get(key, []), snapshot, add, restat)
     for md in snapshot.deployments:
         namespace = targets.namespace_of(md)
         adapters = by_ns[namespace]
@@ -158,7 +160,7 @@ def _drift_v1(snapshot: Snapshot, mount_root: str, add: Any) -> None:
                 add(adapter, "unload", f"loaded in {targets.name_of(md)} which should not serve it")
 
 
-def _adapter_v1(adapter: Obj, mds: list[Obj], snapshot: Snapshot, add: Any) -> None:
+def _adapter_v1(adapter: Obj, mds: list[Obj], snapshot: Snapshot, add: Any, restat: str | None) -> None:
     if targets.is_deleting(adapter):
         if targets.FINALIZER_NAME in ((adapter.get("metadata") or {}).get("finalizers") or []):
             add(adapter, "unload", "deleting and still carrying our finalizer")
@@ -173,6 +175,8 @@ def _adapter_v1(adapter: Obj, mds: list[Obj], snapshot: Snapshot, add: Any) -> N
     ) == "ModelNotFound" and model in snapshot.models:
         add(adapter, "admit", f"Model {model[1]} exists now")
         return
+    if restat is not None:
+        add(adapter, "stat", restat)
     name = targets.name_of(adapter)
     used = targets.used_by(name, mds)
     if used != sorted((adapter.get("status") or {}).get("usedBy") or []):
