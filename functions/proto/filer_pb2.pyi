@@ -62,6 +62,12 @@ class GetFilerConfigurationResponse(_message.Message):
     version: str
     def __init__(self, dir_buckets: _Optional[str] = ..., signature: _Optional[int] = ..., version: _Optional[str] = ...) -> None: ...
 
+class LogEntry(_message.Message):
+    __slots__ = ("ts_ns",)
+    TS_NS_FIELD_NUMBER: _ClassVar[int]
+    ts_ns: int
+    def __init__(self, ts_ns: _Optional[int] = ...) -> None: ...
+
 class SubscribeMetadataRequest(_message.Message):
     __slots__ = ("client_name", "path_prefix", "since_ns", "signature", "path_prefixes", "client_id", "until_ns", "client_epoch", "directories", "client_supports_batching", "client_supports_metadata_chunks", "client_supports_idle_heartbeat")
     CLIENT_NAME_FIELD_NUMBER: _ClassVar[int]

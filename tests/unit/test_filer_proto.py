@@ -31,6 +31,7 @@ UPSTREAM = {
     ("GetFilerConfigurationResponse", "dir_buckets"): 5,
     ("GetFilerConfigurationResponse", "signature"): 8,
     ("GetFilerConfigurationResponse", "version"): 11,
+    ("LogEntry", "ts_ns"): 1,
     ("SubscribeMetadataRequest", "client_name"): 1,
     ("SubscribeMetadataRequest", "path_prefix"): 2,
     ("SubscribeMetadataRequest", "since_ns"): 3,
