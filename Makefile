@@ -14,10 +14,10 @@ SHELL  := /bin/bash
 QUIET_PIP := grep -v "^WARNING: Location" || true
 
 .DEFAULT_GOAL := help
-.PHONY: help venv run serve test lint bench soak reliability proto clean
+.PHONY: help venv run serve test test-fast lint bench soak reliability proto clean
 
 help: ## Show this help
-	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*## "}; {printf "  make %-8s %s\n", $$1, $$2}'
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*## "}; {printf "  make %-10s %s\n", $$1, $$2}'
 
 $(STAMP): pyproject.toml constraints.txt
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -42,8 +42,14 @@ run: $(STAMP) ## Start the embedded stack and run the demo lifecycle
 serve: $(STAMP) ## Keep the embedded stack running in the foreground
 	$(PY) -m devstack serve
 
-test: $(STAMP) ## Run the test suite
-	$(PY) -m pytest
+FAST := tests/unit tests/handlers
+
+test: $(STAMP) ## Run the test suite: the fast tier first (seconds), then the servers' tiers
+	$(PY) -m pytest $(FAST)
+	$(PY) -m pytest $(addprefix --ignore=,$(FAST))
+
+test-fast: $(STAMP) ## The pure tables and every handler on fakes (no server started)
+	$(PY) -m pytest $(FAST)
 
 lint: $(STAMP) ## ruff + mypy
 	$(VENV)/bin/ruff check .

@@ -22,6 +22,7 @@ from bench.common import Result, median_of, timed
 from devstack.standins.engines.base import LoadedAdapter
 from devstack.standins.kube.store import WriteOptions
 from events.external import PING
+from functions.logic.facts import file_set
 from functions.resources.kinds import MODEL_DEPLOYMENT, VLLM_ADAPTER
 from tests.support.wait import eventually
 
@@ -40,14 +41,16 @@ def _bulk(world: w.World, ns: str, adapters: int, deployments: int) -> tuple[set
     drifted = set(names[:: max(1, adapters // (adapters // 100 or 1))][: max(2, adapters // 100)])
     stale_used = set(sorted(drifted)[::2])
     missing = drifted - stale_used
-    loaded = {
-        "type": "Loaded",
-        "status": "True",
-        "reason": "Loaded",
-        "message": "1/1 Ready pods",
-        "lastTransitionTime": "2026-01-01T00:00:00Z",
-    }
+    pod_of = {f"d{d:03d}": world.pods(ns, f"d{d:03d}")[0] for d in range(deployments)}
     for name in names:
+        md = owner[name]
+        loaded = {  # as load writes it: every Ready pod counted, each served from this file set
+            "type": "Loaded",
+            "status": "True",
+            "reason": "Loaded",
+            "message": f"loaded in 1 Ready pod(s): {md} 1/1",
+            "lastTransitionTime": "2026-01-01T00:00:00Z",
+        }
         directory = world.adapter_dir(ns, name)
         store.create(
             rt_adapter,
@@ -67,13 +70,12 @@ def _bulk(world: w.World, ns: str, adapters: int, deployments: int) -> tuple[set
             "usedBy": [] if name in stale_used else [owner[name]],
             "storageRef": {"path": directory},
             "conditions": [w.ready_condition(), loaded],
+            "served": [{"pod": pod_of[md], "fileSet": file_set({})}],
         }
         store.mutate(
             rt_adapter, ns, name, lambda obj, s=status: {**obj, "status": s}, "status", WriteOptions()
         )
-    for d in range(deployments):
-        md = f"d{d:03d}"
-        (pod,) = world.pods(ns, md)
+    for md, pod in pod_of.items():
         replica = world.workload.replica(ns, pod)
         with replica._lock:  # the stand-in's own state: 10,000 loads over HTTP would be setup, not bench
             for name in sorted(a for a, o in owner.items() if o == md and a not in missing):

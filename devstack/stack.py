@@ -256,6 +256,7 @@ class Stack:
             "KUBECONFIG": str(self._kubeconfig_for("loraflow-functions")),
             "LORAFLOW_STORAGE": self.storage,
             "LORAFLOW_FILER_URL": self.filer.url if self.filer_proxy else self.seaweed.url,
+            "LORAFLOW_LOOPBACK_ENGINES": "allow",  # the engine stand-ins listen on 127.0.0.x
             "LORAFLOW_MOUNT_ROOT": str(self.mount_root),
             **(self._s3_env() if self.storage == "s3" else {}),
             "LORAFLOW_BROKER_URL": self.broker.url,

@@ -87,7 +87,15 @@ CATALOG: tuple[EventType, ...] = (
         domain.AdapterLoaded,
         "emitted",
         "load",
-        "The adapter is loaded in the listed pods (failures listed)",
+        "Deprecated (until 0.3): v2 without the file set",
+        "adapter",
+    ),
+    EventType(
+        domain.ADAPTER_LOADED_V2,
+        domain.AdapterLoadedV2,
+        "emitted",
+        "load",
+        "The adapter is loaded in the listed pods from the named file set (failures listed)",
         "adapter",
     ),
     EventType(

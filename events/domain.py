@@ -27,6 +27,8 @@ ADAPTER_STAT_COMPLETED = f"{PREFIX}.adapter.statcompleted.v1"
 ADAPTER_READY = f"{PREFIX}.adapter.ready.v1"
 ADAPTER_FAILED = f"{PREFIX}.adapter.failed.v1"
 ADAPTER_LOADED = f"{PREFIX}.adapter.loaded.v1"
+"""Deprecated: emitted beside `ADAPTER_LOADED_V2` (which says which file set is served) until 0.3."""
+ADAPTER_LOADED_V2 = f"{PREFIX}.adapter.loaded.v2"
 ADAPTER_UNLOADED = f"{PREFIX}.adapter.unloaded.v1"
 POD_RELOADED = f"{PREFIX}.pod.reloaded.v1"
 ADAPTER_DRIFTED = f"{PREFIX}.adapter.drifted.v1"
@@ -106,6 +108,17 @@ class PodFailure(Payload):
 
 class AdapterLoaded(Payload):
     adapter: AdapterRef
+    pods: list[str]
+    failed: list[PodFailure] = Field(default_factory=list)
+
+
+class AdapterLoadedV2(Payload):
+    """v1 plus the file set the listed pods now serve: for a vllm adapter the digest of the MD5s
+    verify accepted (status.fileSet), for an sglang adapter its spec.path. A retrained adapter
+    under the same name gets a new file set, so a pipeline can tell old weights from new."""
+
+    adapter: AdapterRef
+    file_set: str = Field(min_length=1, max_length=4096)
     pods: list[str]
     failed: list[PodFailure] = Field(default_factory=list)
 

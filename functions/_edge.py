@@ -5,8 +5,10 @@
 | done, nothing to say           | 204, empty body                        |
 | done, next step to run         | 200 + reply CloudEvent (binary mode)   |
 | Reject (never processable)     | 400 + a message naming the problem     |
+| BodyTooLarge (a Reject)        | 413 before the body is read, closed    |
 | Unauthorized (webhook token)   | 401                                    |
 | Retryable (dependency, race)   | 503 (the Broker redelivers)            |
+| Refused (RBAC, validation)     | 204, logged once as a warning          |
 | anything else (a bug)          | 500                                    |
 
 An empty body or a real CloudEvent is all a Knative broker accepts from a subscriber (a
@@ -20,9 +22,6 @@ import json
 import logging
 import time
 from collections.abc import Callable, Collection
-from dataclasses import dataclass, field
-from datetime import UTC, datetime
-from functools import cache, partial
 from typing import Any, TypeVar
 from uuid import uuid4
 
@@ -33,88 +32,44 @@ from cloudevents.exceptions import GenericException
 from cloudevents.http import CloudEvent, from_http
 from pydantic import BaseModel, ValidationError
 
-from functions.errors import Reject, Retryable, Unauthorized, problems
+from functions.edge.bootstrap import Deps, deps, reset_deps
+from functions.errors import BodyTooLarge, Refused, Reject, Retryable, Unauthorized, problems
 from functions.metrics import CONTENT_TYPE
-from functions.observability import EVENTS, REGISTRY, STEP_SECONDS, configure_logging
-from functions.settings import Settings
+from functions.observability import EVENTS, REGISTRY, STEP_SECONDS
 
 log = logging.getLogger("loraflow.edge")
 
 MAX_BODY_BYTES = 4 << 20
+BODY_KEY = "loraflow.body"
 """A Kubernetes object is at most ~1.5 MiB; anything much larger is not an event for us."""
 
 Reply = CloudEvent | None
-Handler = Callable[[CloudEvent, "Deps"], Reply]
-WebhookHandler = Callable[[flask.Request, "Deps"], Reply]
+Handler = Callable[[CloudEvent, Deps], Reply]
+WebhookHandler = Callable[[flask.Request, Deps], Reply]
 P = TypeVar("P", bound=BaseModel)
-
-
-@dataclass
-class Deps:
-    """Everything a handler talks to, built once per process (lazily, never at import)."""
-
-    settings: Settings
-    clock: Callable[[], datetime] = field(default=lambda: datetime.now(UTC))
-    _cache: dict[str, Any] = field(default_factory=dict)
-
-    def _once(self, key: str, build: Callable[[], Any]) -> Any:
-        if key not in self._cache:
-            self._cache[key] = build()
-        return self._cache[key]
-
-    @property
-    def kube(self) -> Any:
-        from functions.adapters.kube import Kube, connect
-
-        return self._once("kube", lambda: Kube(connect(self.settings.kubeconfig)))
-
-    @property
-    def storage(self) -> Any:
-        from functions.adapters.storage import build_storage
-
-        return self._once("storage", lambda: build_storage(self.settings))
-
-    @property
-    def configs(self) -> Any:
-        """adapter_config.json contents, cached by content for the process's life."""
-        from functions.adapters.storage import ContentCache
-        from functions.logic.adapter_config import CONFIG_MAX_BYTES
-
-        def build() -> Any:
-            return ContentCache(partial(self.storage.read_small, max_bytes=CONFIG_MAX_BYTES))
-
-        return self._once("configs", build)
-
-    @property
-    def engines(self) -> Any:
-        from functions.adapters.engines import Engines
-
-        return self._once("engines", lambda: Engines(self.settings))
-
-    @property
-    def broker(self) -> Any:
-        from functions.adapters.broker import Broker
-
-        return self._once("broker", lambda: Broker(self.settings.broker_url))
-
-
-@cache
-def deps() -> Deps:
-    configure_logging()
-    return Deps(Settings.from_env())
-
-
-def reset_deps() -> None:
-    """Forget the cached clients (tests change the environment between cases)."""
-    deps.cache_clear()
+__all__ = ["Deps", "Reply", "data_as", "deps", "function", "parse", "reply", "reset_deps"]
 
 
 # -- parsing ---------------------------------------------------------------------------------
+def body_of(request: flask.Request) -> bytes:
+    """The request body, refused before it is read past MAX_BODY_BYTES (a declared length over
+    it is never read at all; a chunked one stops one byte after), read once per request."""
+    cached = request.environ.get(BODY_KEY)
+    if isinstance(cached, bytes):
+        return cached
+    declared = request.content_length
+    if declared is not None and declared > MAX_BODY_BYTES:
+        raise BodyTooLarge(f"body of {declared} bytes exceeds the {MAX_BODY_BYTES}-byte limit")
+    body = request.stream.read(MAX_BODY_BYTES + 1)
+    if len(body) > MAX_BODY_BYTES:
+        raise BodyTooLarge(f"body exceeds the {MAX_BODY_BYTES}-byte limit")
+    request.environ[BODY_KEY] = body
+    return body
+
+
 def parse(request: flask.Request) -> CloudEvent:
     """A CloudEvent from a binary- or structured-mode request, or Reject naming the problem."""
-    body = request.get_data(cache=True)
-    if len(body) > MAX_BODY_BYTES:
-        raise Reject(f"body of {len(body)} bytes exceeds the {MAX_BODY_BYTES}-byte limit")
+    body = body_of(request)
     try:
         event = from_http(dict(request.headers), body)
     except (GenericException, ValueError, TypeError, AttributeError, RecursionError) as err:
@@ -170,6 +125,7 @@ def function(
             return _probe(request)
         started = time.perf_counter()
         event: CloudEvent | None = None
+        refusal = ""
         try:
             if webhook is not None and not _looks_like_cloudevent(request):
                 result = webhook(request, deps())
@@ -179,11 +135,21 @@ def function(
                     raise Reject(f"{name} does not handle events of type {event['type']!r}")
                 result = handle(event, deps())
             response, outcome = _answer(result)
+        except BodyTooLarge as err:
+            # streamed, so functions-framework's after_request hook does not read the rest of the
+            # body (it reads whole bodies "to avoid connection errors"), and the connection closes
+            body = iter([str(err).encode() + b"\n"])
+            response = flask.Response(body, 413, mimetype="text/plain", headers={"Connection": "close"})
+            outcome, refusal = "rejected", str(err)  # logged from here: reading `body` would buffer it
         except Reject as err:
             code = 401 if isinstance(err, Unauthorized) else 400
             response, outcome = flask.Response(str(err) + "\n", code, mimetype="text/plain"), "rejected"
         except Retryable as err:
             response, outcome = flask.Response(str(err) + "\n", 503, mimetype="text/plain"), "retry"
+        except Refused as err:
+            # answered no on purpose (RBAC, validation, size): no retry changes it, no crash to
+            # log. 204: a Knative broker takes any other 2xx body for a failed delivery.
+            response, outcome, refusal = flask.Response(status=204), "refused", str(err)
         except Exception:
             log.exception("Handler crashed", extra=_context(name, event))
             response, outcome = flask.Response("internal error\n", 500, mimetype="text/plain"), "error"
@@ -191,8 +157,8 @@ def function(
         event_type = event["type"] if event is not None else "webhook"
         EVENTS.labels(name, event_type if outcome != "rejected" else "-", outcome).inc()
         STEP_SECONDS.labels(name).observe(elapsed)
-        level = logging.WARNING if outcome in ("rejected", "retry", "error") else logging.INFO
-        detail = response.get_data(as_text=True).strip() if response.status_code >= 400 else ""
+        level = logging.WARNING if outcome in ("rejected", "retry", "error", "refused") else logging.INFO
+        detail = refusal or (response.get_data(as_text=True).strip() if response.status_code >= 400 else "")
         log.log(
             level,
             "Handled event",

@@ -7,7 +7,7 @@ labels/subdomains), so a hostile event is rejected with 400 before any I/O happe
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 
 from cloudevents.http import CloudEvent
 from pydantic import ValidationError
@@ -17,8 +17,19 @@ from events.domain import AdapterRef
 from events.external import API_TYPES, KubeObject
 from functions._edge import data_as
 from functions.errors import Reject, problems
-from functions.logic.paths import check_label, check_subdomain
-from functions.resources.kinds import ADAPTER_KINDS, Kind
+from functions.logic.paths import check_label, check_subdomain, is_subdomain
+from functions.logic.serving import AdapterKey, TargetKey
+from functions.resources.kinds import (
+    ADAPTER_KINDS,
+    INFERENCE_SERVICE,
+    INFERENCE_SERVICE_LABEL,
+    MODEL_DEPLOYMENT,
+    MODEL_DEPLOYMENT_LABEL,
+    SGLANG_ADAPTER,
+    VLLM_ADAPTER,
+    Kind,
+    by_api_version_and_kind,
+)
 from functions.resources.wire import WireModel
 
 M = TypeVar("M", bound=WireModel)
@@ -67,3 +78,70 @@ def stored(model: type[M], obj: Mapping[str, Any]) -> M:
 
 def is_deleted(event: CloudEvent) -> bool:
     return bool(event["type"].endswith(".delete"))
+
+
+def adapter_key(ref: AdapterRef) -> AdapterKey:
+    return AdapterKey(
+        "vllm" if ref.api_version == VLLM_ADAPTER.api_version else "sglang", ref.namespace, ref.name
+    )
+
+
+def adapter_kind_of(key: AdapterKey) -> Kind:
+    return VLLM_ADAPTER if key.kind == "vllm" else SGLANG_ADAPTER
+
+
+API_VERSIONS: dict[
+    str, Literal["rackai.rackspace.com/v1alpha1", "inference.rackai.rackspace.com/v1alpha1"]
+] = {
+    "vllm": "rackai.rackspace.com/v1alpha1",
+    "sglang": "inference.rackai.rackspace.com/v1alpha1",
+}
+
+
+def ref_of(key: AdapterKey) -> AdapterRef:
+    return AdapterRef(api_version=API_VERSIONS[key.kind], namespace=key.namespace, name=key.name)
+
+
+def subject_of(key: AdapterKey) -> str:
+    return adapter_kind_of(key).path(key.namespace, key.name)
+
+
+def kind_of_object(obj: dict[str, Any]) -> Kind | None:
+    return by_api_version_and_kind(str(obj.get("apiVersion")), str(obj.get("kind")))
+
+
+def is_pod(obj: dict[str, Any]) -> bool:
+    return obj.get("apiVersion") == "v1" and obj.get("kind") == "Pod"
+
+
+def object_adapter_key(obj: dict[str, Any]) -> AdapterKey | None:
+    """The key of an apiserver event's object when it is a LoRAAdapter of either kind."""
+    kind = kind_of_object(obj)
+    if kind not in (VLLM_ADAPTER, SGLANG_ADAPTER):
+        return None
+    meta = obj["metadata"]
+    return AdapterKey("vllm" if kind == VLLM_ADAPTER else "sglang", meta["namespace"], meta["name"])
+
+
+def target_key(obj: dict[str, Any]) -> TargetKey | None:
+    """The key of an apiserver event's object when it is a ModelDeployment or InferenceService."""
+    kind = kind_of_object(obj)
+    meta = obj["metadata"]
+    if kind == MODEL_DEPLOYMENT:
+        return TargetKey("ModelDeployment", meta["namespace"], meta["name"])
+    if kind == INFERENCE_SERVICE:
+        return TargetKey("InferenceService", meta["namespace"], meta["name"])
+    return None
+
+
+def serving_target(pod: dict[str, Any]) -> TargetKey | None:
+    """The target a serving Pod's labels name (in the pod's namespace); None for a label value
+    that is no object name."""
+    labels = (pod.get("metadata") or {}).get("labels") or {}
+    namespace = pod["metadata"]["namespace"]
+    md, isvc = labels.get(MODEL_DEPLOYMENT_LABEL), labels.get(INFERENCE_SERVICE_LABEL)
+    if isinstance(md, str) and is_subdomain(md):
+        return TargetKey("ModelDeployment", namespace, md)
+    if isinstance(isvc, str) and is_subdomain(isvc):
+        return TargetKey("InferenceService", namespace, isvc)
+    return None

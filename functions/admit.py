@@ -25,7 +25,7 @@ Outcomes: 200 + admitted; 204 nothing changed / object gone / being deleted (unl
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -36,7 +36,7 @@ from events.external import API_ADD, API_UPDATE
 from functions import _edge
 from functions._inputs import adapter_ref, kube_object, stored
 from functions.errors import Reject
-from functions.logic import conditions, phase
+from functions.logic import conditions, facts, phase, serving
 from functions.logic.paths import adapter_dir, check_label, check_subdomain, is_under
 from functions.resources.inference import InferenceService, SGLangAdapter, SGLangAdapterStatus
 from functions.resources.kinds import (
@@ -84,7 +84,8 @@ def decide_rackai(adapter: LoRAAdapter, model_exists: bool, now: datetime) -> Lo
             directory = adapter_dir(namespace, model, name)
         except Reject:
             directory = None
-    declared = sorted((adapter.spec.integrity.md5 or {}) if adapter.spec.integrity else {})
+    declared_md5s = (adapter.spec.integrity.md5 or {}) if adapter.spec.integrity else {}
+    declared = sorted(declared_md5s)
     outside = [k for k in declared if directory is None or not is_under(k, directory)]
 
     current = conditions.find(status.conditions, phase.READY)
@@ -121,6 +122,22 @@ def decide_rackai(adapter: LoRAAdapter, model_exists: bool, now: datetime) -> Lo
             generation,
             now,
         )
+    elif (
+        current.status == "True"
+        and status.file_set
+        and status.file_set != facts.file_set(dict(declared_md5s))
+    ):
+        # spec.integrity changed after verify accepted a set: Ready is not True for MD5s the spec
+        # no longer declares; the pods keep serving the verified set until verify rules
+        conds = conditions.set_condition(
+            conds,
+            phase.READY,
+            "Unknown",
+            phase.AWAITING_VERIFICATION,
+            "spec.integrity.md5 changed; waiting for the integrity check",
+            generation,
+            now,
+        )
     phase_, ready = phase.summarize(conds, bool(status.files))
     return status.model_copy(
         update={
@@ -134,9 +151,13 @@ def decide_rackai(adapter: LoRAAdapter, model_exists: bool, now: datetime) -> Lo
 
 
 def decide_sglang(
-    adapter: SGLangAdapter, target: InferenceService | None, now: datetime
+    adapter: SGLangAdapter, target: InferenceService | None, now: datetime, roots: Sequence[str] = ("/",)
 ) -> SGLangAdapterStatus:
-    """The whole seed-2 status after admission: Available and (admit's part of) Error."""
+    """The whole seed-2 status after admission: Available and (admit's part of) Error.
+
+    Consent and paths are the serving planner's rules (functions/logic/serving.py): an
+    InferenceService in another namespace must accept this one, and spec.path must be absolute,
+    normalised and under one of `roots` (LORAFLOW_SGLANG_ROOTS)."""
     meta = adapter.metadata
     ref = adapter.spec.inference_service_ref
     where = f"{ref.namespace or meta.namespace}/{ref.name}"
@@ -150,6 +171,14 @@ def decide_sglang(
         message = (
             f"InferenceService {where} runs runtime {target.spec.runtime!r}; this adapter kind needs 'sglang'"
         )
+    elif (meta.namespace or "") != (ref.namespace or meta.namespace) and not accepted(
+        target, meta.namespace or ""
+    ):
+        ok, reason = False, phase.REFERENCE_NOT_PERMITTED
+        message = f"InferenceService {where} does not accept adapters from namespace {meta.namespace!r}"
+    elif not serving.confined(adapter.spec.path, roots):
+        ok, reason = False, phase.PATH_NOT_ALLOWED
+        message = f"spec.path {adapter.spec.path!r} is not absolute and normalised under an allowed root"
     else:
         ok, reason, message = True, phase.INFERENCE_SERVICE_READY, f"InferenceService {where} runs sglang"
     conds = conditions.set_condition(
@@ -163,6 +192,11 @@ def decide_sglang(
             conds, phase.ERROR, "False", phase.NO_ERROR, "No reconcile step reports an error", generation, now
         )
     return status.model_copy(update={"conditions": conds})
+
+
+def accepted(target: InferenceService, namespace: str) -> bool:
+    allowed = facts.accepted_from(target.metadata.annotations)
+    return serving.ACCEPT_ALL in allowed or namespace in allowed
 
 
 # -- shell -----------------------------------------------------------------------------------
@@ -246,7 +280,9 @@ def admit_one(deps: _edge.Deps, kind: Kind, namespace: str, name: str) -> CloudE
             if _valid(check_label, key[0]) and _valid(check_subdomain, key[1]):
                 found = kube.get(INFERENCE_SERVICE, key[0], key[1])
                 services[key] = stored(InferenceService, found) if found is not None else None
-        return adapter_status_wire(decide_sglang(adapter, services[key], now))
+        return adapter_status_wire(
+            decide_sglang(adapter, services[key], now, deps.settings.sglang_root_paths())
+        )
 
     written = kube.write_status(kind, namespace, name, desired)
     if written is None:

@@ -1,9 +1,16 @@
-"""Our small exception hierarchy: the edge maps each family to exactly one HTTP outcome.
+"""Our exception tree: the edge maps each family to exactly one HTTP outcome.
 
-- Reject: the event can never be processed -> 400 (the Broker dead-letters it);
-  Unauthorized (a Reject) -> 401.
-- Retryable: a dependency failed or raced -> 503 (the Broker redelivers with backoff).
+    LoraflowError
+    +-- Reject (ValueError) ........ 400: the event can never be processed (dead-lettered)
+    |   +-- Unauthorized ............ 401: the webhook came without the right token
+    +-- Retryable .................. 503: a dependency failed or raced; the Broker redelivers
+    |   +-- KubeUnavailable, KubeConflict, StorageUnavailable, EngineUnavailable
+    +-- Refused .................... 204: an answer given on purpose that no retry changes
+        +-- KubeRefused ............. (403, 422, 400, etcd "request is too large")
+        +-- ConfigError ............. (a kubeconfig or setting that cannot work)
+
 A domain verdict (an MD5 mismatch, a missing Model) is not an exception: it is status.
+A Refused is logged once as a warning, never as a crash; the resync repairs what it left.
 """
 
 from __future__ import annotations
@@ -31,6 +38,10 @@ class Unauthorized(Reject):
     """A request that must carry a credential (the SeaweedFS webhook token) did not -> 401."""
 
 
+class BodyTooLarge(Reject):
+    """A request body over the edge's limit: refused (413) before it is read past it."""
+
+
 class Retryable(LoraflowError):
     """A dependency is down, slow or raced us; the Broker should deliver again later."""
 
@@ -47,8 +58,28 @@ class StorageUnavailable(Retryable):
     """The filer or S3 answered 5xx, timed out, or could not be reached."""
 
 
+class WebhookNotConfigured(Retryable):
+    """The webhook has no token to check: it refuses every notification (503) until it has one."""
+
+
 class EngineUnavailable(Retryable):
     """Some engine replicas could not be reached; status says which, a retry finishes the job."""
+
+
+class Refused(LoraflowError):
+    """Something answered no on purpose (RBAC, validation, size): retrying cannot help."""
+
+
+class KubeRefused(Refused):
+    """The API refused a request for a reason a retry will not fix (403, 422, 400, too large)."""
+
+    def __init__(self, message: str, status: int = 0) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+class ConfigError(Refused):
+    """A kubeconfig, credential or setting that cannot work as given."""
 
 
 def problems(err: ValidationError, limit: int = SHOWN_PROBLEMS) -> str:

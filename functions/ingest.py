@@ -49,7 +49,7 @@ from pydantic import ValidationError
 from events.domain import FileChanged
 from events.external import AWS_SQS, SeaweedWebhook
 from functions import _edge
-from functions.errors import Reject, Retryable, Unauthorized, problems
+from functions.errors import Reject, Retryable, Unauthorized, WebhookNotConfigured, problems
 from functions.logic import file_events
 from functions.logic.file_events import check_path
 from functions.logic.seaweed_event import (
@@ -198,14 +198,17 @@ def handle(event: CloudEvent, deps: _edge.Deps) -> CloudEvent | None:
 
 def webhook(request: flask.Request, deps: _edge.Deps) -> CloudEvent | None:
     token = deps.settings.webhook_token
-    if token is not None:
-        expected = ("Bearer " + token.get_secret_value()).encode()
-        given = (request.headers.get("Authorization") or "").encode()
-        if not hmac.compare_digest(given, expected):
-            raise Unauthorized("webhook request without the expected bearer token")
-    body = request.get_data(cache=True)
-    if len(body) > _edge.MAX_BODY_BYTES:
-        raise Reject(f"body of {len(body)} bytes exceeds the {_edge.MAX_BODY_BYTES}-byte limit")
+    if token is None or not token.get_secret_value():
+        # an open webhook lets anyone inject file.changed events: refuse until one is set
+        raise WebhookNotConfigured(
+            "the webhook refuses to serve: LORAFLOW_WEBHOOK_TOKEN is not set (the filer's "
+            "notification.toml must send the same bearer_token)"
+        )
+    expected = ("Bearer " + token.get_secret_value()).encode()
+    given = (request.headers.get("Authorization") or "").encode()
+    if not hmac.compare_digest(given, expected):
+        raise Unauthorized("webhook request without the expected bearer token")
+    body = _edge.body_of(request)
     try:
         message = SeaweedWebhook.model_validate(json.loads(body))
     except ValidationError as err:

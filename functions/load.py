@@ -3,18 +3,22 @@
 Trigger: `adapter.ready`, `adapter.admitted`, `adapter.drifted` (loraflowstep=load); apiserver
 add/update of a ModelDeployment or InferenceService; apiserver delete of a serving Pod (its
 target's adapters now count one Ready pod fewer).
-Reads: the adapter(s), ModelDeployments of the namespace / the InferenceService, target Pods,
-`adapter_config.json` in storage (seed 1), each Ready pod's own `GET /v1/models`.
-Writes: seed 1 `usedBy` + condition Loaded (Loaded, LoadFailed, NoReadyReplicas, ModelMismatch,
-RankTooHigh, UnsupportedPeftType, AdapterConfigMissing, AdapterConfigInvalid, NotReferenced,
-AdapterNotReady); seed 2 Loaded + Error, `loadedPath`, `lastLoadedAt`; Warning Event LoadFailed.
-Outcomes: 200 + `adapter.loaded` (adapter-scoped, something loaded); 204 otherwise; 503 after
+Reads: the adapter(s) and their targets (see functions/adapters/fleet.py), target Pods,
+`adapter_config.json` in storage (vllm), each Ready pod's own `GET /v1/models`.
+Does: loads what a Ready pod lacks; replaces a copy loaded from an older verified file set
+(vLLM `load_inplace`, else unload then load). Never unloads anything else, never touches a
+name served from a path that is not the adapter's.
+Writes: vllm `usedBy`, `served` and condition Loaded; sglang Loaded + Error, `loadedPath`,
+`lastLoadedAt` (docs/operations.md lists the reasons); Warning Event LoadFailed when Loaded
+moves into a failure.
+Outcomes: 200 + `adapter.loaded.v2` (adapter-scoped, something loaded; the deprecated v1 is
+published beside it); 204 otherwise; 503 after
 writing status when a pod failed retryably; 400 for malformed events.
 """
 
 from __future__ import annotations
 
-from typing import Any
+import logging
 
 from cloudevents.http import CloudEvent
 
@@ -22,156 +26,79 @@ from events.domain import (
     ADAPTER_ADMITTED,
     ADAPTER_DRIFTED,
     ADAPTER_LOADED,
+    ADAPTER_LOADED_V2,
     ADAPTER_READY,
     STEP_EXTENSION,
     AdapterLoaded,
+    AdapterLoadedV2,
     PodFailure,
 )
 from events.external import API_ADD, API_DELETE, API_TYPES, API_UPDATE
-from functions import _edge, _inputs, _serving
-from functions._edge import Deps
-from functions._serving import Fleet, Plan
-from functions.logic import targets
-from functions.logic.loading import TargetResult, describe_failures
-from functions.logic.paths import is_subdomain
-from functions.resources.kinds import (
-    INFERENCE_SERVICE,
-    INFERENCE_SERVICE_LABEL,
-    MODEL_DEPLOYMENT,
-    MODEL_DEPLOYMENT_LABEL,
-    POD,
-    SGLANG_ADAPTER,
-    VLLM_ADAPTER,
-    by_api_version_and_kind,
-)
+from functions import _edge, _inputs
+from functions.adapters import fleet
+from functions.adapters.fleet import Request
+from functions.edge.bootstrap import Deps
+from functions.errors import EngineUnavailable, Retryable
+from functions.logic.serving import AdapterKey
 
+log = logging.getLogger("loraflow.load")
 NAME = "load"
 ACCEPTS = (ADAPTER_READY, ADAPTER_ADMITTED, ADAPTER_DRIFTED, API_ADD, API_UPDATE, API_DELETE)
 
 
-def handle(event: CloudEvent, deps: Deps) -> _edge.Reply:
+def request_for(event: CloudEvent) -> Request | None:
+    """What this event asks load to reconcile (None: not load's business)."""
     if event["type"] in API_TYPES:
-        return on_object(deps, _inputs.kube_object(event), deleted=_inputs.is_deleted(event))
+        obj = _inputs.kube_object(event)
+        deleted = _inputs.is_deleted(event)
+        if _inputs.is_pod(obj):
+            # a pod that starts or turns Ready is reload's; a deleted one lowers its target's count
+            target = _inputs.serving_target(obj)
+            return Request(targets=frozenset({target})) if deleted and target is not None else None
+        target = _inputs.target_key(obj)
+        return Request(targets=frozenset({target})) if target is not None and not deleted else None
     if event["type"] == ADAPTER_DRIFTED and event.get(STEP_EXTENSION) != "load":
         return None
-    ref = _inputs.adapter_ref(event)
-    kind = _inputs.adapter_kind(ref)
-    adapter = deps.kube.get(kind, ref.namespace, ref.name)
-    if adapter is None:
+    key = _inputs.adapter_key(_inputs.adapter_ref(event))
+    # just verified or admitted: no pod should have it yet, so load without listing first
+    return Request(adapters=frozenset({key}), listings=event["type"] == ADAPTER_DRIFTED)
+
+
+def handle(event: CloudEvent, deps: Deps) -> _edge.Reply:
+    request = request_for(event)
+    if request is None:
         return None
-    return on_adapter(deps, adapter, new=event["type"] != ADAPTER_DRIFTED)
-
-
-def on_object(deps: Deps, obj: dict[str, Any], deleted: bool) -> _edge.Reply:
-    """A target was added or changed, or one of its serving pods is gone: reconcile what the
-    target serves (a scale-down's Loaded condition counts the Ready pods that are left)."""
-    namespace, name = targets.namespace_of(obj), targets.name_of(obj)
-    kind = by_api_version_and_kind(obj["apiVersion"], obj["kind"])
-    if kind == POD:
-        if not deleted:
-            return None  # a pod that starts or turns Ready is reload's
-        labels = (obj.get("metadata") or {}).get("labels") or {}
-        md, isvc = labels.get(MODEL_DEPLOYMENT_LABEL), labels.get(INFERENCE_SERVICE_LABEL)
-        # the event's last state names the target; a label that is no object name names none
-        if isinstance(md, str) and is_subdomain(md):
-            return on_deployment(deps, namespace, md)
-        if isinstance(isvc, str) and is_subdomain(isvc):
-            return on_isvc(deps, namespace, isvc)
+    result = fleet.run(deps, request, NAME)
+    failing = result.failing()
+    if any(pod.retryable for _, _, pod in failing):
+        raise EngineUnavailable(f"load: {fleet.describe(failing)}")
+    if len(request.adapters) != 1:
         return None
-    if deleted:
-        return None  # a deleted target's adapters are unload's
-    if kind == MODEL_DEPLOYMENT:
-        return on_deployment(deps, namespace, name)
-    if kind == INFERENCE_SERVICE:
-        return on_isvc(deps, namespace, name)
-    return None
+    (key,) = request.adapters
+    return loaded_event(deps, result, key)
 
 
-def on_adapter(deps: Deps, adapter: dict[str, object], new: bool) -> _edge.Reply:
-    """`new`: announced ready or admitted (no pod should have it yet), not found drifted."""
-    fleet = Fleet(deps)
-    if _serving.kind_of(adapter) == SGLANG_ADAPTER:
-        if not targets.available_v2(adapter):
-            return None
-        plans = [_serving.plan_v2(fleet, adapter)]
-    else:
-        deployments = deps.kube.list_all(MODEL_DEPLOYMENT, targets.namespace_of(adapter))
-        if not targets.ready_v1(adapter):
-            _serving.write_v1(deps, adapter, targets.used_by(targets.name_of(adapter), deployments), None)
-            return None
-        plans = _serving.plan_v1(fleet, adapter, deployments)
-        used = targets.used_by(targets.name_of(adapter), deployments)
-    _serving.execute(fleet, plans, new=new)
-    results = [p.result() for p in plans]
-    # `adapter` was read by this invocation: the write starts from it (a 409 re-reads)
-    if _serving.kind_of(adapter) == SGLANG_ADAPTER:
-        _serving.write_v2(deps, adapter, results[0], fresh=True)
-    else:
-        _serving.write_v1(deps, adapter, used, results, fresh=True)
-    return finish(deps, adapter, results)
-
-
-def finish(deps: Deps, adapter: dict[str, object], results: list[TargetResult]) -> _edge.Reply:
-    """Warn, ask for a retry when a pod may still succeed, else reply when something loaded."""
-    failed = [PodFailure(pod=p.pod, reason=p.reason, message=p.message) for r in results for p in r.failed]
-    if failed:
-        _serving.warn(deps, adapter, "LoadFailed", describe_failures(results), NAME)
-    _serving.raise_if_retryable(results, f"load {targets.namespace_of(adapter)}/{targets.name_of(adapter)}")
-    loaded = sorted({p.pod for r in results for p in r.pods if p.loaded_now})
-    if not loaded:
+def loaded_event(deps: Deps, result: fleet.Result, key: AdapterKey) -> CloudEvent | None:
+    """`adapter.loaded.v2` (the reply) naming the file set now served; the deprecated v1 is
+    published beside it for subscribers that have not moved yet (best effort)."""
+    reported = result.reports.get(key)
+    adapter = result.executed.after.adapters.get(key)
+    if reported is None or adapter is None or not reported.report.loaded_now:
         return None
-    ref = _serving.ref_of(adapter)
-    subject = _serving.kind_of(adapter).path(ref.namespace, ref.name)
-    return _edge.reply(ADAPTER_LOADED, NAME, subject, AdapterLoaded(adapter=ref, pods=loaded, failed=failed))
-
-
-def on_deployment(deps: Deps, namespace: str, name: str) -> _edge.Reply:
-    """Re-read the deployment; reconcile every adapter it names (one status write each)."""
-    md = deps.kube.get(MODEL_DEPLOYMENT, namespace, name)
-    if md is None:
-        return None
-    deployments = deps.kube.list_all(MODEL_DEPLOYMENT, namespace)
-    fleet = Fleet(deps)
-    work: list[tuple[dict[str, object], list[Plan]]] = []
-    for adapter_name in sorted(set((md.get("spec") or {}).get("loraAdapters") or [])):
-        adapter = deps.kube.get(VLLM_ADAPTER, namespace, adapter_name)
-        if adapter is None:
-            continue
-        if not targets.ready_v1(adapter):
-            _serving.write_v1(deps, adapter, targets.used_by(adapter_name, deployments), None)
-            continue
-        work.append((adapter, _serving.plan_v1(fleet, adapter, deployments)))
-    _serving.execute(fleet, [p for _, plans in work for p in plans])
-    all_results: list[TargetResult] = []
-    for adapter, plans in work:
-        results = [p.result() for p in plans]
-        all_results += results
-        _serving.write_v1(deps, adapter, targets.used_by(targets.name_of(adapter), deployments), results)
-        if any(r.failed for r in results):
-            _serving.warn(deps, adapter, "LoadFailed", describe_failures(results), NAME)
-    _serving.raise_if_retryable(all_results, f"load into ModelDeployment {namespace}/{name}")
-    return None
-
-
-def on_isvc(deps: Deps, namespace: str, name: str) -> _edge.Reply:
-    """Re-read the InferenceService; reconcile every Available seed-2 adapter that targets it."""
-    if deps.kube.get(INFERENCE_SERVICE, namespace, name) is None:
-        return None
-    adapters = [
-        a
-        for a in deps.kube.iter(SGLANG_ADAPTER)
-        if targets.targets_isvc(a, namespace, name) and targets.available_v2(a)
+    failed = [
+        PodFailure(pod=pod.pod, reason=pod.reason, message=pod.message)
+        for failing_key, _, pod in result.failing()
+        if failing_key == key
     ]
-    fleet = Fleet(deps)
-    plans = [_serving.plan_v2(fleet, a) for a in adapters]
-    _serving.execute(fleet, plans)
-    results = [p.result() for p in plans]
-    for plan, result in zip(plans, results, strict=True):
-        _serving.write_v2(deps, plan.adapter, result)
-        if result.failed:
-            _serving.warn(deps, plan.adapter, "LoadFailed", describe_failures([result]), NAME)
-    _serving.raise_if_retryable(results, f"load into InferenceService {namespace}/{name}")
-    return None
+    ref, subject, pods = _inputs.ref_of(key), _inputs.subject_of(key), list(reported.report.loaded_now)
+    try:
+        deps.broker.publish(
+            _edge.reply(ADAPTER_LOADED, NAME, subject, AdapterLoaded(adapter=ref, pods=pods, failed=failed))
+        )
+    except Retryable as err:
+        log.warning("Could not publish the deprecated adapter.loaded.v1", extra={"error": str(err)})
+    data = AdapterLoadedV2(adapter=ref, file_set=adapter.file_set, pods=pods, failed=failed)
+    return _edge.reply(ADAPTER_LOADED_V2, NAME, subject, data)
 
 
 load = _edge.function(NAME, ACCEPTS, handle)

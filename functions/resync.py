@@ -21,17 +21,17 @@ from cloudevents.http import CloudEvent
 
 from events.domain import ADAPTER_DRIFTED, STEP_EXTENSION, AdapterDrifted, AdapterRef
 from events.external import PING, ResyncTick
-from functions import _edge
+from functions import _edge, _inputs
 from functions._edge import Deps
-from functions.logic import drift, targets
-from functions.logic.pods import Endpoint, endpoint
+from functions.adapters import fleet
+from functions.adapters.concurrency import bounded_map
+from functions.logic import drift
+from functions.logic.pods import Endpoint
 from functions.resources.kinds import (
     ADAPTER_KINDS,
     INFERENCE_SERVICE,
-    INFERENCE_SERVICE_LABEL,
     MODEL,
     MODEL_DEPLOYMENT,
-    MODEL_DEPLOYMENT_LABEL,
     POD,
     SERVING_LABEL,
     SGLANG_ADAPTER,
@@ -55,18 +55,19 @@ def handle(event: CloudEvent, deps: Deps) -> _edge.Reply:
 
 def observe(deps: Deps) -> drift.Snapshot:
     kube = deps.kube
-    located: list[tuple[str, drift.TargetKey, Endpoint]] = []
+    located: list[tuple[str, drift.Namespaced, Endpoint]] = []
     for pod in kube.iter(POD, None, f"{SERVING_LABEL}=true"):
-        labels = (pod.get("metadata") or {}).get("labels") or {}
-        md, isvc = labels.get(MODEL_DEPLOYMENT_LABEL), labels.get(INFERENCE_SERVICE_LABEL)
-        ep = endpoint(pod, "vllm" if md else "sglang")
-        if ep is not None and (md or isvc):
-            which = "md" if md else "isvc"
-            located.append((which, (targets.namespace_of(pod), str(md or isvc)), ep))
+        target = _inputs.serving_target(pod)
+        ep = fleet.endpoint_of(deps, pod, target) if target is not None else None
+        if ep is not None and target is not None:
+            which = "md" if target.kind == "ModelDeployment" else "isvc"
+            located.append((which, (target.namespace, target.name), ep))
     listings: dict[Endpoint, dict[str, str] | None] = {}
     if located:  # no serving pod, no engine client: a tick in an idle cluster pays for none
-        listings = dict(deps.engines.fan_out([ep for _, _, ep in located], deps.engines.listing))
-    grouped: dict[str, dict[drift.TargetKey, dict[str, Any]]] = {
+        width = deps.settings.load_concurrency
+        listed = bounded_map([ep for _, _, ep in located], deps.engines.listing, width)
+        listings = {ep: found if isinstance(found, dict) else None for ep, found in listed}
+    grouped: dict[str, dict[drift.Namespaced, dict[str, Any]]] = {
         "md": defaultdict(dict),
         "isvc": defaultdict(dict),
     }

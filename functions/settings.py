@@ -43,12 +43,29 @@ class Settings(BaseModel):
     load_concurrency: int = Field(default=10, ge=1, le=1000)
     engine_timeout: float = Field(default=30.0, gt=0)
     max_lora_rank: int = Field(default=64, ge=1)
+    engine_deny: str = ""
+    """More networks engines are never called at (comma-separated). Link-local (cloud metadata),
+    multicast and the API server's own address always are."""
+    loopback_engines: Literal["deny", "allow"] = "deny"
+    """A Pod's podIP is written by its kubelet and is never loopback in a cluster: a loopback
+    engine address means a forged status. The embedded stack runs its engines on 127.0.0.x."""
+    vllm_replace: Literal["inplace", "reload"] = "inplace"
+    """How a newer verified file set replaces a loaded one in vLLM: `load_inplace` (no gap), or
+    unload then load (vLLM issue #33791: in-place loads re-read weights on every request in some
+    releases)."""
+    sglang_roots: str = "/"
+    """Comma-separated roots sglang `spec.path` must lie under (absolute, normalised, no `..`)."""
     webhook_token: SecretStr | None = None
     """Shown as '**********' in reprs and logs; `.get_secret_value()` where it is compared."""
     publish_budget: float = Field(default=5.0, gt=0, le=60)
     """Seconds ingest keeps retrying a publish to the Broker before it answers the filer 503."""
     broker_url: str | None = None
     kubeconfig: str | None = None
+
+    def sglang_root_paths(self) -> tuple[str, ...]:
+        """`sglang_roots` as absolute paths ("/" when none is given)."""
+        roots = tuple(part.strip() for part in self.sglang_roots.split(",") if part.strip().startswith("/"))
+        return roots or ("/",)
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:

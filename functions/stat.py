@@ -40,7 +40,7 @@ from events.domain import (
 from functions import _edge
 from functions._inputs import adapter_ref, stored
 from functions.errors import Reject
-from functions.logic import phase
+from functions.logic import conditions, phase
 from functions.logic.paths import STORAGE_ROOT, adapter_dir, adapter_of_path, check_storage_path, is_under
 from functions.logic.quantity import format_bytes
 from functions.resources.kinds import VLLM_ADAPTER
@@ -83,17 +83,30 @@ def recorded(adapter: LoRAAdapter, listing: Sequence[StoredFile], max_files: int
 def decide(
     adapter: LoRAAdapter, listing: Sequence[StoredFile], now: datetime, max_files: int = 1000
 ) -> LoRAAdapterStatus:
-    """The whole status with the new storage observation (`now` unused: no condition moves)."""
-    del now
+    """The whole status with the new storage observation.
+
+    A declared file whose observation changed (MD5 or size, or it came or went) while Ready is
+    True takes Ready back to Unknown in this same write: the status never says Ready for files
+    verify has not ruled on. The pods keep serving the verified set (status.fileSet) meanwhile.
+    """
     status = adapter.status or LoRAAdapterStatus()
     files = recorded(adapter, listing, max_files)
     total = sum(f.size for f in listing)
     integrity = (status.integrity or IntegrityStatus()).model_copy(
         update={"files": {f.path: FileStatus(md5=f.md5, size=f.size) for f in files} or None}
     )
-    phase_, ready = phase.summarize(status.conditions, bool(listing))
+    conds = status.conditions
+    current = conditions.find(conds, phase.READY)
+    if current is not None and current.status == "True" and declared_changed(adapter, listing):
+        message = "storage reported a change to a declared file; waiting for the integrity check"
+        generation = adapter.metadata.generation
+        conds = conditions.set_condition(
+            conds, phase.READY, "Unknown", phase.AWAITING_VERIFICATION, message, generation, now
+        )
+    phase_, ready = phase.summarize(conds, bool(listing))
     return status.model_copy(
         update={
+            "conditions": conds,
             "files": [FileInfo(path=f.path, size=f.size) for f in files] or None,
             "size": format_bytes(total),
             "integrity": integrity,
@@ -101,6 +114,18 @@ def decide(
             "ready": ready,
         }
     )
+
+
+def declared_changed(adapter: LoRAAdapter, listing: Sequence[StoredFile]) -> bool:
+    """A declared file is observed with another MD5 or size than the status recorded, or it
+    came or went. (A file storage reports without an MD5 changes unseen when its size stays.)"""
+    declared = set((adapter.spec.integrity.md5 if adapter.spec.integrity else None) or {})
+    recorded_files = (
+        adapter.status.integrity.files if adapter.status and adapter.status.integrity else None
+    ) or {}
+    before = {p: (f.md5, f.size) for p, f in recorded_files.items() if p in declared}
+    after = {f.path: (f.md5, f.size) for f in listing if f.path in declared}
+    return before != after
 
 
 def listing_dir(adapter: LoRAAdapter) -> str | None:

@@ -34,7 +34,7 @@ from events.domain import (
 )
 from functions import _edge
 from functions._inputs import adapter_ref, stored
-from functions.logic import conditions, integrity, phase
+from functions.logic import conditions, facts, integrity, phase, reasons
 from functions.resources.kinds import VLLM_ADAPTER
 from functions.resources.rackai import LoRAAdapter, LoRAAdapterStatus
 
@@ -72,10 +72,23 @@ def decide(adapter: LoRAAdapter, hashed: Mapping[str, str | None], now: datetime
             adapter.metadata.generation,
             now,
         )
+    ready_now = conditions.find(conds, phase.READY)
+    verified = ready_now is not None and ready_now.status == "True"
+    file_set = facts.file_set(declared(adapter)) if verified else None
+    if verified and status.file_set and file_set != status.file_set:
+        # a newer verified set: the pods still serve the old one until load replaces it, so
+        # Loaded stops saying True in this same write (load says True again once it is done)
+        loaded_now = conditions.find(conds, reasons.LOADED)
+        if loaded_now is not None and loaded_now.status == "True":
+            message = "a newer verified file set is being loaded into the pods that serve this adapter"
+            conds = conditions.set_condition(
+                conds, reasons.LOADED, "False", reasons.UPDATING, message, adapter.metadata.generation, now
+            )
     phase_, ready = phase.summarize(conds, bool(observed) or bool(status.files))
     return status.model_copy(
         update={
             "conditions": conds,
+            "file_set": file_set,
             "upload_complete": verdict.upload_complete,
             "phase": phase_,
             "ready": ready,

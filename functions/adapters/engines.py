@@ -1,30 +1,37 @@
-"""vLLM and SGLang replicas behind one client interface, over httpx.
+"""vLLM and SGLang replicas behind one client, over httpx; every answer bounded.
 
 The engine's own `GET /v1/models` is the truth for "loaded". "Already loaded" on load and
-"not found" on unload are success. Calls fan out with bounded concurrency and a timeout
-each; a failing replica yields a result, never an exception, so it cannot block the others.
+"not found" on unload are success. A pod is another tenant's process and may be hostile: every
+call has a wall-clock deadline (a trickled answer is cut off, not waited for per read), every
+answer a byte cap and no decompression, and a malformed answer is that pod's failure (a value),
+never an exception, so one pod cannot stall or fail the others.
 """
 
 from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable, Iterable
-from concurrent.futures import Future, ThreadPoolExecutor
-from typing import Any, NamedTuple, Protocol, TypeVar
+from collections.abc import Callable, Mapping
+from typing import Any, Literal, NamedTuple, Protocol
 
 import httpx
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, ValidationError
 
 from functions.adapters.pod_pools import PodPools
 from functions.adapters.tls import never_used
+from functions.errors import problems
+from functions.logic import reasons
 from functions.logic.pods import Endpoint, Runtime
+from functions.logic.serving import ListingFailure
 from functions.observability import ENGINE_FAILURES, ENGINE_SECONDS
-from functions.settings import Settings
 
-T = TypeVar("T")
-R = TypeVar("R")
-Task = Callable[[], None]
+LISTING_MAX_BYTES = 8 << 20
+"""`GET /v1/models` of an engine with 1,000 adapters is ~300 KiB; far more is not a listing."""
+ANSWER_MAX_BYTES = 64 << 10
+"""Load and unload answer with a sentence (vLLM) or a small JSON object (SGLang)."""
+POD_POOL_IDLE_S = 600.0
+"""A pod not called for this long has its connections closed (resync calls every pod each tick)."""
+ReplaceMode = Literal["inplace", "reload"]
 
 
 class CallResult(NamedTuple):
@@ -34,9 +41,28 @@ class CallResult(NamedTuple):
     retryable: bool = False
 
 
-OK = CallResult(True, "Loaded")
-POD_POOL_IDLE_S = 600.0
-"""A pod not called for this long has its connections closed (resync calls every pod each tick)."""
+OK = CallResult(True, reasons.POD_LOADED)
+
+
+class AnswerError(Exception):
+    """The answer broke its bounds (too large, too slow, compressed): the pod's failure."""
+
+    def __init__(self, reason: str, message: str, retryable: bool = False) -> None:
+        super().__init__(message)
+        self.reason = reason
+        self.retryable = retryable
+
+
+class Answer(NamedTuple):
+    status: int
+    content_type: str
+    body: bytes
+
+    def text(self) -> str:
+        return self.body.decode("utf-8", "replace")
+
+    def json(self) -> Any:
+        return json.loads(self.body)
 
 
 class RuntimeProtocol(Protocol):
@@ -44,90 +70,55 @@ class RuntimeProtocol(Protocol):
 
     load_path: str
     unload_path: str
-
-    def load_body(self, name: str, path: str) -> dict[str, Any]: ...
+    inplace: bool
+    """Load can replace a loaded adapter's weights under its name (vLLM `load_inplace`)."""
 
 
 class VllmProtocol:
-    """vllm/entrypoints/serve/lora/api_router.py: /v1/load_lora_adapter, plain-text 200."""
+    """vllm/entrypoints/serve/lora/api_router.py: /v1/load_lora_adapter, plain-text 200;
+    `load_inplace: true` replaces the weights of a loaded name (vLLM PR #31326; releases before
+    it ignore the field and answer 400 "has already been loaded")."""
 
     load_path = "/v1/load_lora_adapter"
     unload_path = "/v1/unload_lora_adapter"
-
-    def load_body(self, name: str, path: str) -> dict[str, Any]:
-        return {"lora_name": name, "lora_path": path}
+    inplace = True
 
 
 class SglangProtocol:
-    """sglang/srt/entrypoints/http_server.py: /load_lora_adapter (no /v1), JSON {success,...}."""
+    """sglang/srt/entrypoints/http_server.py: /load_lora_adapter (no /v1), JSON {success,...};
+    no in-place reload: unload, then load."""
 
     load_path = "/load_lora_adapter"
     unload_path = "/unload_lora_adapter"
-
-    def load_body(self, name: str, path: str) -> dict[str, Any]:
-        return {"lora_name": name, "lora_path": path}
+    inplace = False
 
 
 PROTOCOLS: dict[Runtime, RuntimeProtocol] = {"vllm": VllmProtocol(), "sglang": SglangProtocol()}
 
 
-def error_message(response: httpx.Response) -> str:
-    """The human message of an engine error, whichever of its shapes the engine used."""
-    try:
-        body = response.json()
-    except (ValueError, json.JSONDecodeError):
-        return response.text.strip()[:500]
-    if isinstance(body, dict):
-        nested = body.get("error")
-        if isinstance(nested, dict) and nested.get("message"):
-            return str(nested["message"])
-        for key in ("message", "error_message", "detail"):
-            if body.get(key):
-                return str(body[key])
-    return response.text.strip()[:500]
+# -- reading answers -----------------------------------------------------------------------------------
+def read_bounded(response: httpx.Response, limit: int, deadline: float, clock: Callable[[], float]) -> bytes:
+    """The raw body, or AnswerError once it passes `limit` bytes or the wall-clock `deadline`.
 
-
-def _succeeded(response: httpx.Response) -> bool:
-    if response.status_code != 200:
-        return False
-    if "json" in response.headers.get("content-type", ""):
-        try:
-            body = response.json()
-        except ValueError:
-            return True
-        return not (isinstance(body, dict) and body.get("success") is False)
-    return True
-
-
-def classify_load(response: httpx.Response) -> CallResult:
-    if _succeeded(response):
-        return OK
-    message = error_message(response)
-    lowered = message.lower()
-    if response.status_code in (400, 409) and "already" in lowered and "loaded" in lowered:
-        return CallResult(True, "AlreadyLoaded", message)
-    if response.status_code == 404 and lowered == "not found":
-        return CallResult(
-            False,
-            "RuntimeUpdatesDisabled",
-            "engine has no LoRA routes (vLLM needs VLLM_ALLOW_RUNTIME_LORA_UPDATING=true)",
+    Each socket read is bounded by the client's timeout, so a call ends at most one read timeout
+    after its deadline, however slowly the pod trickles its answer.
+    """
+    encoding = response.headers.get("content-encoding", "identity").strip().lower()
+    if encoding not in ("", "identity"):
+        raise AnswerError(
+            reasons.ENGINE_ANSWER_INVALID, f"answer is compressed ({encoding}) although identity was asked"
         )
-    if response.status_code == 404:
-        return CallResult(False, "AdapterPathNotFound", message)
-    if response.status_code >= 500 or response.status_code == 429:
-        return CallResult(False, "EngineError", f"HTTP {response.status_code}: {message}", retryable=True)
-    return CallResult(False, "LoadRejected", f"HTTP {response.status_code}: {message}")
-
-
-def classify_unload(response: httpx.Response) -> CallResult:
-    if _succeeded(response):
-        return CallResult(True, "Unloaded")
-    message = error_message(response)
-    lowered = message.lower()
-    if response.status_code in (400, 404) and ("cannot be found" in lowered or "does not exist" in lowered):
-        return CallResult(True, "NotLoaded", message)
-    retryable = response.status_code >= 500 or response.status_code == 429
-    return CallResult(False, "UnloadFailed", f"HTTP {response.status_code}: {message}", retryable=retryable)
+    declared = response.headers.get("content-length")
+    if declared is not None and declared.isdigit() and int(declared) > limit:
+        raise AnswerError(reasons.ENGINE_ANSWER_TOO_LARGE, f"answer of {declared} bytes exceeds {limit}")
+    body = bytearray()
+    for chunk in response.iter_raw():  # as each read returns (a chunk size would wait to fill it)
+        body += chunk
+        if len(body) > limit:
+            raise AnswerError(reasons.ENGINE_ANSWER_TOO_LARGE, f"answer exceeds {limit} bytes")
+        if clock() > deadline:
+            raise AnswerError(reasons.ENGINE_TIMEOUT, "answer still arriving at the deadline", retryable=True)
+    return bytes(body)
 
 
 class ModelCard(BaseModel):
@@ -158,45 +149,181 @@ def adapters_listed(body: bytes) -> dict[str, str]:
     return {card.id: card.root or "" for card in listing.data or () if card.parent}
 
 
+def parse_listing(body: bytes) -> dict[str, str] | ListingFailure:
+    """The adapters of a `/v1/models` answer (name -> root), or the pod's failure to list them."""
+    try:
+        return adapters_listed(body)
+    except ValidationError as err:  # never echoes the answer back (a hostile pod's text)
+        return ListingFailure(
+            reasons.ENGINE_ANSWER_INVALID, f"GET /v1/models is not a listing: {problems(err, 3)}", False
+        )
+    except (ValueError, RecursionError) as err:
+        return ListingFailure(
+            reasons.ENGINE_ANSWER_INVALID, f"GET /v1/models is not a listing ({type(err).__name__})", False
+        )
+
+
+def error_message(answer: Answer) -> str:
+    """The human message of an engine error, whichever of its shapes the engine used."""
+    try:
+        body = answer.json()
+    except (ValueError, UnicodeDecodeError, RecursionError):
+        return answer.text().strip()[:500]
+    if isinstance(body, dict):
+        nested = body.get("error")
+        if isinstance(nested, dict) and nested.get("message"):
+            return str(nested["message"])[:500]
+        for key in ("message", "error_message", "detail"):
+            if body.get(key):
+                return str(body[key])[:500]
+    return answer.text().strip()[:500]
+
+
+def _succeeded(answer: Answer) -> bool:
+    if answer.status != 200:
+        return False
+    if "json" in answer.content_type:
+        try:
+            body = answer.json()
+        except (ValueError, UnicodeDecodeError, RecursionError):
+            return True
+        return not (isinstance(body, dict) and body.get("success") is False)
+    return True
+
+
+def classify_load(answer: Answer) -> CallResult:
+    if _succeeded(answer):
+        return OK
+    message = error_message(answer)
+    lowered = message.lower()
+    if answer.status in (400, 409) and "already" in lowered and "loaded" in lowered:
+        return CallResult(True, reasons.POD_ALREADY_LOADED, message)
+    if answer.status == 404 and lowered == "not found":
+        return CallResult(
+            False,
+            reasons.RUNTIME_UPDATES_DISABLED,
+            "engine has no LoRA routes (vLLM needs VLLM_ALLOW_RUNTIME_LORA_UPDATING=true)",
+        )
+    if answer.status == 404:
+        return CallResult(False, reasons.ADAPTER_PATH_NOT_FOUND, message)
+    if answer.status >= 500 or answer.status == 429:
+        return CallResult(False, reasons.ENGINE_ERROR, f"HTTP {answer.status}: {message}", retryable=True)
+    return CallResult(False, reasons.LOAD_REJECTED, f"HTTP {answer.status}: {message}")
+
+
+def classify_unload(answer: Answer) -> CallResult:
+    if _succeeded(answer):
+        return CallResult(True, reasons.POD_UNLOADED)
+    message = error_message(answer)
+    lowered = message.lower()
+    if answer.status in (400, 404) and ("cannot be found" in lowered or "does not exist" in lowered):
+        return CallResult(True, reasons.POD_NOT_LOADED, message)
+    retryable = answer.status >= 500 or answer.status == 429
+    return CallResult(False, reasons.UNLOAD_FAILED, f"HTTP {answer.status}: {message}", retryable=retryable)
+
+
 class Engines:
-    def __init__(self, settings: Settings) -> None:
-        # In-flight calls are bounded by the fan-out pools, not by the connection pools. Each
-        # pod keeps up to load_concurrency idle connections (a reload's burst into one pod) for
-        # the next fan-out; a pod's pool outlives its longest call (two engine timeouts at least).
-        pools = PodPools(
-            keepalive_per_pod=settings.load_concurrency,
-            idle_after_s=max(POD_POOL_IDLE_S, 2 * settings.engine_timeout),
+    def __init__(
+        self,
+        timeout: float,
+        keepalive_per_pod: int,
+        replace: ReplaceMode = "inplace",
+        clock: Callable[[], float] = time.monotonic,
+        transport: httpx.BaseTransport | None = None,
+    ) -> None:
+        # Each pod keeps up to keepalive_per_pod idle connections (a reload's burst into one pod)
+        # for the next fan-out; a pod's pool outlives its longest call (two timeouts at least).
+        pools = transport or PodPools(
+            keepalive_per_pod=keepalive_per_pod, idle_after_s=max(POD_POOL_IDLE_S, 2 * timeout)
         )
         # engines are reached at http://<pod IP>:<port> (logic/pods.endpoint): no TLS to set up
-        self._http = httpx.Client(timeout=settings.engine_timeout, transport=pools, verify=never_used())
-        self._concurrency = settings.load_concurrency
+        self._http = httpx.Client(
+            timeout=timeout,
+            transport=pools,
+            verify=never_used(),
+            headers={"Accept-Encoding": "identity"},
+            trust_env=False,
+        )
+        self._timeout = timeout
+        self._replace = replace
+        self._clock = clock
+
+    # -- transport -------------------------------------------------------------------------------------
+    def _call(self, method: str, url: str, limit: int, body: Mapping[str, Any] | None = None) -> Answer:
+        deadline = self._clock() + self._timeout
+        kwargs: dict[str, Any] = {"json": body} if body is not None else {}
+        with self._http.stream(method, url, **kwargs) as response:
+            content = read_bounded(response, limit, deadline, self._clock)
+            return Answer(response.status_code, response.headers.get("content-type", ""), content)
 
     def healthy(self, endpoint: Endpoint) -> bool:
         try:
-            return self._http.get(endpoint.url + "/health").status_code == 200
-        except httpx.HTTPError:
+            return self._call("GET", endpoint.url + "/health", ANSWER_MAX_BYTES).status == 200
+        except (httpx.HTTPError, AnswerError):
             return False
 
-    def listing(self, endpoint: Endpoint) -> dict[str, str] | None:
-        """Adapters the engine serves now, name -> path (cards with a `parent`); None if unreachable."""
+    def listing(self, endpoint: Endpoint) -> dict[str, str] | ListingFailure:
+        """Adapters the engine serves now, name -> root; a ListingFailure says why not."""
         started = time.perf_counter()
         try:
-            response = self._http.get(endpoint.url + "/v1/models")
-            response.raise_for_status()
-            return adapters_listed(response.content)
-        except (httpx.HTTPError, ValueError, AttributeError):
-            ENGINE_FAILURES.labels(endpoint.runtime, "list", "unreachable").inc()
-            return None
-        finally:
-            ENGINE_SECONDS.labels(endpoint.runtime, "list").observe(time.perf_counter() - started)
+            answer = self._call("GET", endpoint.url + "/v1/models", LISTING_MAX_BYTES)
+        except httpx.TimeoutException:
+            result: dict[str, str] | ListingFailure = ListingFailure(
+                reasons.ENGINE_TIMEOUT, "GET /v1/models timed out"
+            )
+        except httpx.HTTPError as err:
+            result = ListingFailure(reasons.ENGINE_UNREACHABLE, f"GET /v1/models failed: {str(err)[:200]}")
+        except AnswerError as err:
+            result = ListingFailure(err.reason, f"GET /v1/models: {err}", err.retryable)
+        else:
+            if answer.status != 200:
+                retry = answer.status >= 500 or answer.status == 429
+                result = ListingFailure(
+                    reasons.ENGINE_UNREACHABLE, f"GET /v1/models answered {answer.status}", retry
+                )
+            else:
+                result = parse_listing(answer.body)
+        ENGINE_SECONDS.labels(endpoint.runtime, "list").observe(time.perf_counter() - started)
+        if isinstance(result, ListingFailure):
+            ENGINE_FAILURES.labels(endpoint.runtime, "list", result.reason).inc()
+        return result
 
-    def load(self, endpoint: Endpoint, name: str, path: str) -> CallResult:
+    def load(self, endpoint: Endpoint, name: str, path: str, inplace: bool = False) -> CallResult:
         protocol = PROTOCOLS[endpoint.runtime]
-        return self._post(endpoint, "load", protocol.load_path, protocol.load_body(name, path), classify_load)
+        body: dict[str, Any] = {"lora_name": name, "lora_path": path}
+        if inplace:
+            body["load_inplace"] = True
+        return self._post(endpoint, "load", protocol.load_path, body, classify_load)
 
     def unload(self, endpoint: Endpoint, name: str) -> CallResult:
         protocol = PROTOCOLS[endpoint.runtime]
         return self._post(endpoint, "unload", protocol.unload_path, {"lora_name": name}, classify_unload)
+
+    def replace(self, endpoint: Endpoint, name: str, path: str) -> CallResult:
+        """Put `path`'s current weights under `name` in place of the copy the pod serves.
+
+        vLLM with `load_inplace`: no moment without the name. Otherwise (SGLang, older vLLM, or
+        the "reload" setting) unload then load, back to back: the name is absent for one load.
+        """
+        protocol = PROTOCOLS[endpoint.runtime]
+        if protocol.inplace and self._replace == "inplace":
+            result = self.load(endpoint, name, path, inplace=True)
+            if result.ok and result.reason != reasons.POD_ALREADY_LOADED:
+                return CallResult(True, reasons.POD_REPLACED, result.message)
+            if not result.ok:
+                return result
+            # "already loaded": this release ignores load_inplace
+        unloaded = self.unload(endpoint, name)
+        if not unloaded.ok:
+            return unloaded
+        loaded = self.load(endpoint, name, path)
+        if loaded.ok and loaded.reason != reasons.POD_ALREADY_LOADED:
+            return CallResult(True, reasons.POD_REPLACED, loaded.message)
+        if loaded.ok:  # someone loaded it between our two calls: whose copy is unknown
+            return CallResult(
+                False, reasons.LOAD_REJECTED, "loaded again by another caller during the replacement", True
+            )
+        return loaded
 
     def _post(
         self,
@@ -204,49 +331,20 @@ class Engines:
         operation: str,
         path: str,
         body: dict[str, Any],
-        classify: Callable[[httpx.Response], CallResult],
+        classify: Callable[[Answer], CallResult],
     ) -> CallResult:
         started = time.perf_counter()
         try:
-            result = classify(self._http.post(endpoint.url + path, json=body))
+            result = classify(self._call("POST", endpoint.url + path, ANSWER_MAX_BYTES, body))
         except httpx.TimeoutException:
-            result = CallResult(False, "EngineTimeout", f"{operation} timed out", retryable=True)
+            result = CallResult(False, reasons.ENGINE_TIMEOUT, f"{operation} timed out", retryable=True)
         except httpx.HTTPError as err:
-            result = CallResult(False, "EngineUnreachable", f"{operation}: {err}", retryable=True)
+            result = CallResult(
+                False, reasons.ENGINE_UNREACHABLE, f"{operation}: {str(err)[:200]}", retryable=True
+            )
+        except AnswerError as err:
+            result = CallResult(False, err.reason, f"{operation}: {err}", err.retryable)
         ENGINE_SECONDS.labels(endpoint.runtime, operation).observe(time.perf_counter() - started)
         if not result.ok:
             ENGINE_FAILURES.labels(endpoint.runtime, operation, result.reason).inc()
         return result
-
-    def fan_out(self, items: Iterable[T], call: Callable[[T], R]) -> list[tuple[T, R]]:
-        """Run `call` over `items` with bounded concurrency; results in input order."""
-        work = list(items)
-        if len(work) <= 1:
-            return [(item, call(item)) for item in work]
-        with ThreadPoolExecutor(max_workers=min(self._concurrency, len(work))) as pool:
-            return list(zip(work, pool.map(call, work), strict=True))
-
-    def pipeline(self, items: Iterable[T], observe: Callable[[T], list[Task]]) -> None:
-        """Run `observe(item)` (a listing) over `items`, and the tasks (loads) each returns.
-
-        Listings and loads run on two pools of `load_concurrency` workers each: a listing (a
-        dictionary read in the engine) never waits behind a load (weights read, GPU memory
-        allocated, ~100 ms to seconds), so the load slots stay busy back to back, and a pod's
-        loads start as soon as its own listing is in. Wider listing bursts measured slower on
-        2 cores (bench/fanout.py: 4x wide 650-700 ms, as wide 580-615 ms for 50 pods). Returns
-        when everything has finished (re-raising the first exception of a task).
-        """
-        work = list(items)
-        if not work:
-            return
-        with (
-            ThreadPoolExecutor(max_workers=self._concurrency) as loads,
-            ThreadPoolExecutor(max_workers=min(len(work), self._concurrency)) as listings,
-        ):
-
-            def observe_then_queue(item: T) -> list[Future[None]]:
-                return [loads.submit(task) for task in observe(item)]
-
-            queued = [listings.submit(observe_then_queue, item) for item in work]
-            for load in [future for listed in queued for future in listed.result()]:
-                load.result()

@@ -87,8 +87,12 @@ class FilerLog:
         )
         # Responses stay bytes: a response that does not decode is logged and skipped by the
         # source, where a deserializer's failure would end the whole stream.
-        self._subscribe = self._channel.unary_stream(SUBSCRIBE, request_serializer=_serialize)
-        self._http = httpx.Client(base_url=filer_url.rstrip("/"), timeout=timeout, verify=verify_for(filer_url))
+        self._subscribe: grpc.UnaryStreamMultiCallable[filer_pb2.SubscribeMetadataRequest, bytes] = (
+            self._channel.unary_stream(SUBSCRIBE, request_serializer=_serialize)
+        )
+        self._http = httpx.Client(
+            base_url=filer_url.rstrip("/"), timeout=timeout, verify=verify_for(filer_url)
+        )
 
     def configuration(self) -> FilerConfiguration:
         answer: filer_pb2.GetFilerConfigurationResponse = self._configuration(

@@ -12,47 +12,36 @@ other refusals KubeRefused.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import ssl
 from collections.abc import Callable, Iterator
 from datetime import datetime
 from functools import partial
-from typing import Any, NamedTuple
+from typing import Any
 from urllib.parse import quote
-from uuid import uuid4
 
 import httpx
 
 from functions.adapters.kubeconfig import KubeConfig, load
 from functions.adapters.tls import never_used
-from functions.errors import KubeConflict, KubeUnavailable, LoraflowError
+from functions.errors import KubeConflict, KubeRefused, KubeUnavailable, LoraflowError
 from functions.logic import mergepatch
 from functions.logic.conditions import timestamp
 from functions.observability import KUBE_CONFLICTS, KUBE_REQUESTS
+from functions.ports import StatusFn, Written
 from functions.resources.kinds import Kind
 
 log = logging.getLogger("loraflow.kube")
 
 Obj = dict[str, Any]
-StatusFn = Callable[[Obj], Obj | None]
-"""Given the current object, the whole desired status (None: leave it alone)."""
 
 MERGE_PATCH = "application/merge-patch+json"
+EVENT_WINDOW_S = 600
 WRITE_ATTEMPTS = 5
 TIMEOUT = httpx.Timeout(connect=5.0, read=30.0, write=30.0, pool=30.0)
 LIMITS = httpx.Limits(max_connections=32, max_keepalive_connections=16, keepalive_expiry=60.0)
-
-
-class KubeRefused(LoraflowError):
-    """The API refused a request for a reason a retry will not fix (403, 422, 400)."""
-
-
-class Written(NamedTuple):
-    """Outcome of a guarded write: the object as stored, and whether we changed it."""
-
-    obj: Obj
-    changed: bool
 
 
 class ApiError(Exception):
@@ -118,6 +107,12 @@ class KubeApi:
             raise httpx.DecodingError(f"answer is not JSON: {err}", request=response.request) from err
         return decoded
 
+    @property
+    def server(self) -> tuple[str, int] | None:
+        url = httpx.URL(self._base)
+        port = url.port or (443 if url.scheme == "https" else 80)
+        return (url.host, port) if url.host else None
+
     def close(self) -> None:
         self._http.close()
 
@@ -140,10 +135,10 @@ on as a 500 (kubernetes/kubernetes#112152), but no retry can make the object sma
 
 def _translate(err: ApiError, verb: str, what: str) -> LoraflowError:
     if err.status == 500 and TOO_LARGE in err.body:
-        return KubeRefused(f"{verb} {what}: the object would exceed etcd's request limit ({TOO_LARGE})")
+        return KubeRefused(f"{verb} {what}: the object would exceed etcd's request limit ({TOO_LARGE})", 413)
     if err.status in (429,) or (err.status or 0) >= 500:
         return KubeUnavailable(f"{verb} {what}: Kubernetes API answered {err.status}")
-    return KubeRefused(f"{verb} {what}: Kubernetes API answered {err.status}: {err.body}")
+    return KubeRefused(f"{verb} {what}: Kubernetes API answered {err.status}: {err.body[:500]}", err.status)
 
 
 def _collection(kind: Kind, namespace: str | None) -> str:
@@ -162,6 +157,10 @@ class Kube:
 
     def __init__(self, api: KubeApi) -> None:
         self._api = api
+
+    @property
+    def server(self) -> tuple[str, int] | None:
+        return self._api.server
 
     # -- reads -----------------------------------------------------------------------------
     def get(self, kind: Kind, namespace: str, name: str) -> Obj | None:
@@ -252,7 +251,7 @@ class Kube:
                 else {}
             )
             if not patch:
-                return Written(obj, changed=False)
+                return Written(obj, changed=False, before=obj)
             body: Obj = {field: patch} if field != "metadata" else {"metadata": dict(patch)}
             body.setdefault("metadata", {})["resourceVersion"] = obj["metadata"]["resourceVersion"]
             try:
@@ -266,7 +265,7 @@ class Kube:
                 if err.status == 404:
                     return None
                 raise _translate(err, "patch", f"{kind.plural}/{name}") from err
-            return Written(stored, changed=True)
+            return Written(stored, changed=True, before=obj)
         raise KubeConflict(f"{kind.plural}/{name} kept changing under us ({WRITE_ATTEMPTS} attempts)")
 
     def annotate(self, kind: Kind, namespace: str, name: str, annotations: dict[str, str]) -> Obj | None:
@@ -288,12 +287,20 @@ class Kube:
     def record_event(
         self, obj: Obj, event_type: str, reason: str, message: str, component: str, now: datetime
     ) -> None:
-        """A core/v1 Event on the object so that `kubectl describe` tells the story (best effort)."""
+        """A core/v1 Event on the object so that `kubectl describe` tells the story (best effort).
+
+        One Event per object, reason and message per EVENT_WINDOW_S: the name is derived from
+        them, so a failure that every retry meets again is recorded once (409 AlreadyExists is
+        that), not once per retry, and never floods etcd.
+        """
         meta = obj.get("metadata") or {}
         namespace = meta.get("namespace") or "default"
         stamp = timestamp(now)
+        window = int(now.timestamp() // EVENT_WINDOW_S)
+        seed = f"{meta.get('uid')}\x00{reason}\x00{message}\x00{window}".encode()
+        suffix = hashlib.sha256(seed).hexdigest()[:16]
         body = {
-            "metadata": {"name": f"{meta.get('name')}.{uuid4().hex[:16]}", "namespace": namespace},
+            "metadata": {"name": f"{meta.get('name')}.{suffix}", "namespace": namespace},
             "involvedObject": {
                 "apiVersion": obj.get("apiVersion"),
                 "kind": obj.get("kind"),
@@ -314,7 +321,10 @@ class Kube:
         try:
             KUBE_REQUESTS.labels("create", "events").inc()
             self._api.request("POST", f"/api/v1/namespaces/{quote(namespace, safe='')}/events", body=body)
-        except (ApiError, httpx.HTTPError) as err:
+        except ApiError as err:
+            if err.status != 409:  # 409: recorded already in this window
+                log.warning("Could not record Event", extra={"reason": reason, "error": str(err)})
+        except httpx.HTTPError as err:
             log.warning("Could not record Event", extra={"reason": reason, "error": str(err)})
 
     # -- plumbing ----------------------------------------------------------------------------

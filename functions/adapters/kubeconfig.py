@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple, Protocol
 
-from functions.errors import LoraflowError
+from functions.errors import ConfigError
 
 SERVICE_ACCOUNT_DIR = Path("/var/run/secrets/kubernetes.io/serviceaccount")
 TOKEN_TTL = 60.0
@@ -35,7 +35,7 @@ TOKEN_TTL = 60.0
 projected tokens well before they expire, and the old one stays valid until then)."""
 
 
-class KubeConfigError(LoraflowError):
+class KubeConfigError(ConfigError):
     """No usable Kubernetes configuration (a deployment mistake, not a retryable failure)."""
 
 

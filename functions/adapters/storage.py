@@ -54,8 +54,13 @@ class Storage(Protocol):
         ...
 
     def read_small(self, path: str, max_bytes: int) -> bytes | None:
-        """The content of a small file (e.g. adapter_config.json); None when missing or too large."""
+        """The content of a small file (e.g. adapter_config.json); None when missing.
+        ContentTooLarge past `max_bytes`: never read further, never decompressed."""
         ...
+
+
+class ContentTooLarge(ValueError):
+    """A file read with a byte cap was larger (or came compressed, which no cap can bound)."""
 
 
 def quote_path(path: str) -> str:
@@ -181,10 +186,16 @@ class FilerStorage:
             response.release_conn()
 
     def read_small(self, path: str, max_bytes: int) -> bytes | None:
-        response = self._get(path)
-        if response.status_code == 404 or len(response.content) > max_bytes:
-            return None
-        return response.content
+        try:
+            with self._http.stream(
+                "GET", quote_path(path), headers={"Accept-Encoding": "identity"}
+            ) as response:
+                if response.status_code == 404:
+                    return None
+                _raise_for_unavailable(response, path)
+                return _bounded(response, max_bytes, path)
+        except httpx.HTTPError as err:
+            raise StorageUnavailable(f"filer GET {path}: {err}") from err
 
     def _get(self, path: str, **kwargs: Any) -> httpx.Response:
         try:
@@ -194,6 +205,21 @@ class FilerStorage:
         if response.status_code != 404:
             _raise_for_unavailable(response, path)
         return response
+
+
+def _bounded(response: httpx.Response, max_bytes: int, path: str) -> bytes:
+    encoding = response.headers.get("content-encoding", "identity").lower()
+    if encoding not in ("", "identity"):
+        raise ContentTooLarge(f"{path} came compressed ({encoding}); its size cannot be bounded")
+    declared = response.headers.get("content-length")
+    if declared is not None and declared.isdigit() and int(declared) > max_bytes:
+        raise ContentTooLarge(f"{path} is {declared} bytes, more than {max_bytes}")
+    content = bytearray()
+    for chunk in response.iter_raw():  # as each read returns: the cap is checked per read
+        content += chunk
+        if len(content) > max_bytes:
+            raise ContentTooLarge(f"{path} is more than {max_bytes} bytes")
+    return bytes(content)
 
 
 def _json_or_none(response: httpx.Response) -> Any:
@@ -276,9 +302,14 @@ class S3Storage:
 
     def read_small(self, path: str, max_bytes: int) -> bytes | None:
         body = self._open(path)
-        if body is None or int(body["ContentLength"]) > max_bytes:
+        if body is None:
             return None
-        content: bytes = body["Body"].read()
+        if int(body["ContentLength"]) > max_bytes:
+            body["Body"].close()
+            raise ContentTooLarge(f"{path} is {body['ContentLength']} bytes, more than {max_bytes}")
+        content: bytes = body["Body"].read(max_bytes + 1)
+        if len(content) > max_bytes:
+            raise ContentTooLarge(f"{path} is more than {max_bytes} bytes")
         return content
 
     def _open(self, path: str) -> dict[str, Any] | None:

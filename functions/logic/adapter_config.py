@@ -9,15 +9,18 @@ from __future__ import annotations
 import json
 from typing import NamedTuple
 
+from functions.logic import reasons
+
 CONFIG_FILE = "adapter_config.json"
 CONFIG_MAX_BYTES = 1 << 20
 
 VALID = "AdapterConfigValid"
-MISSING = "AdapterConfigMissing"
-INVALID = "AdapterConfigInvalid"
-UNSUPPORTED = "UnsupportedPeftType"
-RANK_TOO_HIGH = "RankTooHigh"
-VERDICT_REASONS = frozenset({MISSING, INVALID, UNSUPPORTED, RANK_TOO_HIGH})
+MISSING = reasons.CONFIG_MISSING
+INVALID = reasons.CONFIG_INVALID
+TOO_LARGE = reasons.CONFIG_TOO_LARGE
+UNSUPPORTED = reasons.UNSUPPORTED_PEFT_TYPE
+RANK_TOO_HIGH = reasons.RANK_TOO_HIGH
+VERDICT_REASONS = reasons.CONFIG_VERDICTS
 
 
 class ConfigVerdict(NamedTuple):
@@ -33,8 +36,9 @@ def check(raw: bytes | None, max_rank: int) -> ConfigVerdict:
         return ConfigVerdict(False, MISSING, f"{CONFIG_FILE} not found in storage")
     try:
         config = json.loads(raw)
-    except (ValueError, UnicodeDecodeError) as err:
-        return ConfigVerdict(False, INVALID, f"{CONFIG_FILE} is not JSON: {err}")
+    except (ValueError, UnicodeDecodeError, RecursionError) as err:
+        # RecursionError: nested deeper than the decoder goes; a verdict on this adapter only
+        return ConfigVerdict(False, INVALID, f"{CONFIG_FILE} is not JSON: {str(err)[:200]}")
     if not isinstance(config, dict):
         return ConfigVerdict(False, INVALID, f"{CONFIG_FILE} is not a JSON object")
     peft_type = config.get("peft_type")

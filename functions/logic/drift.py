@@ -1,25 +1,32 @@
 """What the periodic resync should nudge, from one snapshot of the world (pure).
 
 Input: every adapter of both kinds, every ModelDeployment and InferenceService, and the
-listing of each Ready serving pod grouped by target. Output: (adapter, step, reason) nudges,
-at most one per adapter and step. Cost is linear in objects + pods x listed adapters.
+listing of each Ready serving pod grouped by target. Output: (adapter, step, reason) nudges, at
+most one per adapter and step. Serving drift is the serving planner's own answer: an adapter is
+nudged to load when a pod lacks it or serves an older file set, or when its status is not what
+load would write now; a copy of ours that is not wanted is nudged to unload (a copy whose
+LoRAAdapter is gone is named by reference). Cost is linear in objects + pods x listed adapters.
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any, NamedTuple
 
-from functions.logic import loading, targets
-from functions.logic.adapter_config import VERDICT_REASONS
+from functions.logic import facts, loaded, reasons, serving
+from functions.logic.adapter_config import VALID, ConfigVerdict
 from functions.logic.paths import is_subdomain
+from functions.logic.serving import AdapterKey, ListingFailure, Pod, Policy, Scope, TargetKey
+from functions.resources.kinds import FINALIZER, SGLANG_ADAPTER, VLLM_ADAPTER
 
 Obj = dict[str, Any]
-V1_API_VERSION = "rackai.rackspace.com/v1alpha1"
 Listing = dict[str, str] | None
-TargetKey = tuple[str, str]  # (namespace, name)
+Namespaced = tuple[str, str]  # (namespace, name)
+UNKNOWN_TIME = datetime(1970, 1, 1, tzinfo=UTC)
+UNREACHABLE = ListingFailure(reasons.ENGINE_UNREACHABLE, "GET /v1/models failed")
 
 
 class Nudge(NamedTuple):
@@ -36,10 +43,10 @@ class Snapshot:
     v2: Sequence[Obj] = ()
     deployments: Sequence[Obj] = ()
     services: Sequence[Obj] = ()
-    md_pods: Mapping[TargetKey, Mapping[str, Listing]] = field(default_factory=dict)
+    md_pods: Mapping[Namespaced, Mapping[str, Listing]] = field(default_factory=dict)
     """(namespace, deployment) -> Ready pod name -> its listing (None: unreachable)."""
-    isvc_pods: Mapping[TargetKey, Mapping[str, Listing]] = field(default_factory=dict)
-    models: frozenset[TargetKey] = frozenset()
+    isvc_pods: Mapping[Namespaced, Mapping[str, Listing]] = field(default_factory=dict)
+    models: frozenset[Namespaced] = frozenset()
     """(namespace, model) of the Models that exist, among those some adapter reported missing."""
 
 
@@ -47,67 +54,43 @@ def _conditions(obj: Obj) -> dict[str, Obj]:
     return {c.get("type"): c for c in (obj.get("status") or {}).get("conditions") or []}
 
 
-def _generation(obj: Obj) -> Any:
-    return (obj.get("metadata") or {}).get("generation")
-
-
 def _failed_v1(adapter: Obj) -> bool:
-    status = adapter.get("status") or {}
-    ready = _conditions(adapter).get("Ready") or {}
-    return status.get("phase") == "Failed" or ready.get("reason") == "IntegrityCheckFailed"
+    ready = _conditions(adapter).get(reasons.READY) or {}
+    return (adapter.get("status") or {}).get("phase") == "Failed" or ready.get("reason") in reasons.TERMINAL
 
 
-def _lacking(pods: Mapping[str, Listing], lora: str) -> list[str]:
-    return sorted(p for p, listing in pods.items() if listing is not None and lora not in listing)
-
-
-def _loaded_stale(adapter: Obj, lacking: list[str], pods: int) -> str | None:
-    loaded = _conditions(adapter).get("Loaded") or {}
-    if loaded.get("reason") in VERDICT_REASONS:
-        return None  # a verdict about the files: only new files (stat -> verify -> load) change it
-    if lacking:
-        return f"missing in Ready pod(s) {', '.join(lacking[:5])}"
-    if pods and loaded.get("status") != "True":
-        return "Loaded is not True although every Ready pod has it"
-    stated = loading.counted(str(loaded.get("message") or ""))
-    if stated is not None and stated != pods:
-        # a scale-down whose Pod deletion events were lost: the pods went away after the
-        # last load counted them (load recounts on each deletion it hears of)
-        return f"Loaded counts {stated} Ready pod(s), there are {pods}"
-    return None
-
-
-def orphan_ref(namespace: str, name: str) -> Obj:
-    return {"apiVersion": V1_API_VERSION, "metadata": {"namespace": namespace, "name": name}}
-
-
-def missing_models(adapters: Sequence[Obj]) -> set[TargetKey]:
+def missing_models(adapters: Sequence[Obj]) -> set[Namespaced]:
     """(namespace, model) named by adapters whose verdict is ModelNotFound: worth a GET each."""
     named = {
-        (targets.namespace_of(a), str((a.get("spec") or {}).get("model")))
+        (facts.namespace_of(a), str((a.get("spec") or {}).get("model")))
         for a in adapters
-        if (_conditions(a).get("Ready") or {}).get("reason") == "ModelNotFound"
+        if (_conditions(a).get(reasons.READY) or {}).get("reason") == reasons.MODEL_NOT_FOUND
     }
     return {key for key in named if is_subdomain(key[1])}  # never put an invalid name in a URL
 
 
 def target_changed(adapter: Obj, isvc: Obj | None) -> str | None:
     """Admit's verdict about the InferenceService no longer matches the InferenceService."""
-    available = _conditions(adapter).get("Available") or {}
+    available = _conditions(adapter).get(reasons.AVAILABLE) or {}
     if isvc is None:
         return "its InferenceService is gone" if available.get("status") == "True" else None
     reason = available.get("reason")
-    if reason == "InferenceServiceNotFound":
+    if reason == reasons.INFERENCE_SERVICE_NOT_FOUND:
         return "its InferenceService exists now"
-    if reason == "RuntimeMismatch" and targets.isvc_serves(isvc):
+    target = facts.inference_service(isvc)
+    if reason == reasons.RUNTIME_MISMATCH and target.serves:
         return "its InferenceService runs sglang now"
+    if reason == reasons.REFERENCE_NOT_PERMITTED and serving.accepts(target, facts.namespace_of(adapter)):
+        return "its InferenceService accepts this namespace now"
+    if available.get("status") == "True" and not serving.accepts(target, facts.namespace_of(adapter)):
+        return "its InferenceService no longer accepts this namespace"
     return None
 
 
-def admit_reason(adapter: Obj, seed2: bool) -> str | None:
-    generation = _generation(adapter)
-    if seed2:
-        available = _conditions(adapter).get("Available")
+def admit_reason(adapter: Obj, sglang: bool) -> str | None:
+    generation = facts.meta(adapter).get("generation")
+    if sglang:
+        available = _conditions(adapter).get(reasons.AVAILABLE)
         if available is None:
             return "never admitted"
         observed = available.get("observedGeneration")
@@ -120,115 +103,186 @@ def admit_reason(adapter: Obj, seed2: bool) -> str | None:
     return None
 
 
+def stored_config(obj: Obj) -> ConfigVerdict:
+    """Resync reads no adapter_config.json: a verdict about the files stays as load wrote it
+    (only new files, stat -> verify -> load, change it); otherwise the config counts as fine."""
+    loaded_condition = _conditions(obj).get(reasons.LOADED) or {}
+    reason = str(loaded_condition.get("reason") or "")
+    if reason in reasons.CONFIG_VERDICTS:
+        return ConfigVerdict(False, reason, str(loaded_condition.get("message") or ""))
+    return ConfigVerdict(True, VALID, "")
+
+
+def world_of(snapshot: Snapshot, policy: Policy) -> tuple[serving.World, dict[AdapterKey, Obj]]:
+    objects: dict[AdapterKey, Obj] = {}
+    adapters: dict[AdapterKey, serving.Adapter] = {}
+    for obj in snapshot.v1:
+        adapter = facts.vllm_adapter(obj, policy.mount_root, stored_config(obj))
+        adapters[adapter.key], objects[adapter.key] = adapter, obj
+    for obj in snapshot.v2:
+        adapter = facts.sglang_adapter(obj)
+        adapters[adapter.key], objects[adapter.key] = adapter, obj
+    targets: dict[TargetKey, serving.Target | None] = {}
+    for md in snapshot.deployments:
+        target = facts.deployment(md, default_rank=1 << 30)
+        targets[target.key] = target
+    for isvc in snapshot.services:
+        target = facts.inference_service(isvc)
+        targets[target.key] = target
+    for adapter in adapters.values():
+        if adapter.target is not None:
+            targets.setdefault(adapter.target, None)
+    pods: dict[TargetKey, tuple[Pod, ...]] = {}
+    for kind, grouped in (("ModelDeployment", snapshot.md_pods), ("InferenceService", snapshot.isvc_pods)):
+        for (namespace, name), listings in grouped.items():
+            key = TargetKey(kind, namespace, name)  # type: ignore[arg-type]
+            if targets.get(key) is not None:
+                pods[key] = tuple(
+                    Pod(key, pod, listing if listing is not None else UNREACHABLE)
+                    for pod, listing in sorted(listings.items())
+                )
+    return serving.World(adapters, targets, pods, policy), objects
+
+
 def drift(snapshot: Snapshot, mount_root: str, restat: str | None = None) -> list[Nudge]:
     """`restat`: a reason to nudge stat for every admitted seed-1 adapter whatever its state (a
     full resync: storage changes may have gone unnoticed, and a Ready adapter's files too)."""
     nudges: dict[tuple[str, str, str, str], list[str]] = defaultdict(list)
 
-    def add(adapter: Obj, step: str, reason: str) -> None:
-        key = (str(adapter.get("apiVersion")), targets.namespace_of(adapter), targets.name_of(adapter), step)
-        nudges[key].append(reason)
+    def add(key: AdapterKey, step: str, reason: str) -> None:
+        api_version = (VLLM_ADAPTER if key.kind == "vllm" else SGLANG_ADAPTER).api_version
+        nudges[(api_version, key.namespace, key.name, step)].append(reason)
 
-    _drift_v1(snapshot, mount_root, add, restat)
-    _drift_v2(snapshot, add)
-    return [Nudge(*key, "; ".join(reasons)) for key, reasons in sorted(nudges.items())]
-
-
-def _drift_v1(snapshot: Snapshot, mount_root: str, add: Any, restat: str | None) -> None:
-    by_ns: dict[str, dict[str, Obj]] = defaultdict(dict)
-    for adapter in snapshot.v1:
-        by_ns[targets.namespace_of(adapter)][targets.name_of(adapter)] = adapter
-    # (namespace, adapter name) -> deployments naming it: one pass over the specs instead of
-    # every adapter scanning every deployment of its namespace (quadratic at 10,000 x 200)
-    naming: dict[tuple[str, str], list[Obj]] = defaultdict(list)
-    for md in snapshot.deployments:
-        namespace = targets.namespace_of(md)
-        named = (md.get("spec") or {}).get("loraAdapters") or []
-        for lora in dict.fromkeys(n for n in named if isinstance(n, str)):
-            naming[(namespace, lora)].append(md)
-    for adapter in snapshot.v1:
-        key = (targets.namespace_of(adapter), targets.name_of(adapter))
-        _adapter_v1(adapter, naming.get(key, []), snapshot, add, restat)
-    for md in snapshot.deployments:
-        namespace = targets.namespace_of(md)
-        adapters = by_ns[namespace]
-        desired = targets.desired_v1(md, adapters, mount_root)
-        for listing in snapshot.md_pods.get((namespace, targets.name_of(md)), {}).values():
-            for lora in targets.surplus_v1(listing or {}, desired, namespace, mount_root):
-                # an orphan (its LoRAAdapter is gone) is named by reference: unload cleans it up
-                adapter = adapters.get(lora) or orphan_ref(namespace, lora)
-                add(adapter, "unload", f"loaded in {targets.name_of(md)} which should not serve it")
+    world, objects = world_of(snapshot, Policy(mount_root=mount_root))
+    services = {(facts.namespace_of(s), facts.name_of(s)): s for s in snapshot.services}
+    admitting = _lifecycle(world, objects, services, snapshot.models, add, restat)
+    _serving_drift(world, objects, admitting, add)
+    return [Nudge(*key, "; ".join(dict.fromkeys(reasons_))) for key, reasons_ in sorted(nudges.items())]
 
 
-def _adapter_v1(adapter: Obj, mds: list[Obj], snapshot: Snapshot, add: Any, restat: str | None) -> None:
-    if targets.is_deleting(adapter):
-        if targets.FINALIZER_NAME in ((adapter.get("metadata") or {}).get("finalizers") or []):
-            add(adapter, "unload", "deleting and still carrying our finalizer")
-        return
-    reason = admit_reason(adapter, seed2=False)
-    if reason:
-        add(adapter, "admit", reason)
-        return
-    model = (targets.namespace_of(adapter), str((adapter.get("spec") or {}).get("model")))
-    if (_conditions(adapter).get("Ready") or {}).get(
-        "reason"
-    ) == "ModelNotFound" and model in snapshot.models:
-        add(adapter, "admit", f"Model {model[1]} exists now")
-        return
-    if restat is not None:
-        add(adapter, "stat", restat)
-    name = targets.name_of(adapter)
-    used = targets.used_by(name, mds)
-    if used != sorted((adapter.get("status") or {}).get("usedBy") or []):
-        add(adapter, "load", f"usedBy is stale (should be {used})")
-    if not targets.ready_v1(adapter):
-        if not _failed_v1(adapter):
-            add(adapter, "stat", "admitted but not Ready: files may have arrived unnoticed")
-        return
-    loaded = _conditions(adapter).get("Loaded")
-    if not mds and (loaded or {}).get("reason") != "NotReferenced":
-        # stale, or never written: the adapter.ready delivery that would have said so was lost
-        add(adapter, "load", "Loaded is stale or missing: no ModelDeployment names it")
-        return
-    serving = [md for md in mds if targets.serves_v1(md, adapter)]
-    pods = {
-        f"{targets.name_of(md)}/{pod}": listing
-        for md in serving
-        for pod, listing in snapshot.md_pods.get((targets.namespace_of(md), targets.name_of(md)), {}).items()
-    }
-    stale = _loaded_stale(adapter, _lacking(pods, name), len(pods)) if serving else None
-    if stale:
-        add(adapter, "load", stale)
-
-
-def _drift_v2(snapshot: Snapshot, add: Any) -> None:
-    services = {(targets.namespace_of(s), targets.name_of(s)): s for s in snapshot.services}
-    for adapter in snapshot.v2:
-        if targets.is_deleting(adapter):
-            if targets.FINALIZER_NAME in ((adapter.get("metadata") or {}).get("finalizers") or []):
-                add(adapter, "unload", "deleting and still carrying our finalizer")
+def _lifecycle(
+    world: serving.World,
+    objects: Mapping[AdapterKey, Obj],
+    services: Mapping[Namespaced, Obj],
+    models: frozenset[Namespaced],
+    add: Callable[[AdapterKey, str, str], None],
+    restat: str | None = None,
+) -> set[AdapterKey]:
+    """Deletions to finish, admissions to redo, observations to repeat; returns the adapters an
+    earlier step owns now (their serving is judged once that step has ruled)."""
+    waiting: set[AdapterKey] = set()
+    for key, obj in sorted(objects.items()):
+        if facts.deleting(obj):
+            if FINALIZER in (facts.meta(obj).get("finalizers") or []):
+                add(key, "unload", "deleting and still carrying our finalizer")
+            waiting.add(key)
             continue
-        key = targets.isvc_ref(adapter)
-        isvc = services.get(key)
-        reason = admit_reason(adapter, seed2=True) or target_changed(adapter, isvc)
+        if key.kind == "sglang":
+            target = world.adapters[key].target
+            isvc = services.get((target.namespace, target.name)) if target is not None else None
+            reason = admit_reason(obj, sglang=True) or target_changed(obj, isvc)
+            if reason:
+                add(key, "admit", reason)
+                waiting.add(key)
+            continue
+        reason = admit_reason(obj, sglang=False)
+        model = (key.namespace, str(facts.spec(obj).get("model")))
+        ready = _conditions(obj).get(reasons.READY) or {}
+        if reason is None and ready.get("reason") == reasons.MODEL_NOT_FOUND and model in models:
+            reason = f"Model {model[1]} exists now"
         if reason:
-            add(adapter, "admit", reason)
+            add(key, "admit", reason)
+            waiting.add(key)
             continue
-        if isvc is None or not targets.available_v2(adapter) or not targets.isvc_serves(isvc):
+        if restat is not None:
+            add(key, "stat", restat)
+        serve = world.adapters[key].serve
+        if serve == "drop" and not _failed_v1(obj):
+            add(key, "stat", "admitted but not Ready: files may have arrived unnoticed")
+        elif serve == "hold":
+            add(key, "stat", "a change is waiting for the integrity check (its verify may be lost)")
+    return waiting
+
+
+def _serving_drift(
+    world: serving.World,
+    objects: Mapping[AdapterKey, Obj],
+    waiting: set[AdapterKey],
+    add: Callable[[AdapterKey, str, str], None],
+) -> None:
+    desire = serving.desired(world)
+    lacking: dict[AdapterKey, dict[str, list[str]]] = defaultdict(lambda: defaultdict(list))
+    for action in serving.plan(world, desire, Scope(load=True, unload=True)):
+        if action.adapter in waiting:
             continue
-        pods = snapshot.isvc_pods.get(key, {})
-        lora = str((adapter.get("spec") or {}).get("name"))
-        stale = _loaded_stale(adapter, _lacking(pods, lora), len(pods))
+        if action.op == "unload":
+            add(action.adapter, "unload", f"loaded in {action.target.name} which should not serve it")
+        else:
+            what = "missing in" if action.op == "load" else "an older file set in"
+            where = (
+                f"{action.target.name}/{action.pod}"
+                if action.target.kind == "ModelDeployment"
+                else action.pod
+            )
+            lacking[action.adapter][what].append(where)
+    for key, found in sorted(lacking.items()):
+        for what, pods in sorted(found.items()):
+            more = f" and {len(pods) - 5} more" if len(pods) > 5 else ""
+            add(key, "load", f"{what} Ready pod(s) {', '.join(pods[:5])}{more}")
+    for key, obj in sorted(objects.items()):
+        adapter = world.adapters[key]
+        if key in waiting or adapter.serve == "hold":
+            continue
+        stale = stale_status(world, desire, key, obj, only_used_by=key in lacking)
         if stale:
-            add(adapter, "load", stale)
-    by_target: dict[TargetKey, list[Obj]] = defaultdict(list)
-    for adapter in snapshot.v2:
-        by_target[targets.isvc_ref(adapter)].append(adapter)
-    for key, isvc in services.items():
-        candidates = by_target.get(key, [])
-        desired = targets.desired_v2(isvc, candidates)
-        for listing in snapshot.isvc_pods.get(key, {}).values():
-            for lora in targets.surplus_v2(listing or {}, desired, isvc, candidates):
-                for adapter in candidates:
-                    if (adapter.get("spec") or {}).get("name") == lora:
-                        add(adapter, "unload", f"loaded in {key[0]}/{key[1]} which should not serve it")
+            add(key, "load", stale)
+
+
+def stale_status(
+    world: serving.World, desire: serving.Desire, key: AdapterKey, obj: Obj, only_used_by: bool = False
+) -> str | None:
+    """What of the serving status differs from what load would write now (None: nothing).
+
+    `only_used_by`: a pod lacks the adapter, so load rewrites the rest anyway. A Ready pod that
+    did not answer is not judged: its own Pod events reload it. A verdict about the adapter's
+    files is load's to keep (resync reads no files). A True Loaded is compared with its message
+    (which counts the pods); a False one by status and reason (a failure's message quotes an
+    engine answer resync does not ask for).
+    """
+    adapter = world.adapters[key]
+    report = serving.serving_report(world, desire, key)
+    status = dict(facts.status(obj))
+    generation = facts.meta(obj).get("generation")
+    have = _conditions({"status": status}).get(reasons.LOADED) or {}
+    if key.kind == "vllm":
+        ready = report if adapter.serve == "serve" else None
+        used = [t.name for t in desire.targets_of.get(key, ())]
+        fresh = loaded.vllm_status(status, ready, used, adapter.serve, generation, UNKNOWN_TIME)
+        if sorted(status.get("usedBy") or []) != sorted(fresh.get("usedBy") or []):
+            return f"usedBy is stale (should be {fresh.get('usedBy') or []})"
+    else:
+        redact, served = serving.redacted(adapter), adapter.serve == "serve"
+        fresh = loaded.sglang_status(
+            status, report, adapter.lora_path, generation, UNKNOWN_TIME, redact, served
+        )
+    unjudged = any(p.state == "unreachable" for t in report.targets for p in t.pods)
+    if only_used_by or unjudged or have.get("reason") in reasons.CONFIG_VERDICTS:
+        return None
+    if key.kind == "vllm" and adapter.serve == "serve" and _served(status) != _served(fresh):
+        return "served records differ from the pods' listings"
+    want = _conditions({"status": fresh}).get(reasons.LOADED) or {}
+    if want.get("reason") == reasons.NOT_REFERENCED and have.get("reason") != reasons.NOT_REFERENCED:
+        # stale, or never written: the adapter.ready delivery that would have said so was lost
+        return "Loaded is stale or missing: no ModelDeployment names it"
+    if (have.get("status"), have.get("reason")) != (want.get("status"), want.get("reason")):
+        now, then = f"{have.get('status')}/{have.get('reason')}", f"{want.get('status')}/{want.get('reason')}"
+        return f"Loaded is {now}, load would write {then}"
+    if want.get("status") == "True" and have.get("message") != want.get("message"):
+        return f"Loaded says {have.get('message')!r}, load would write {want.get('message')!r}"
+    return None
+
+
+def _served(status: Mapping[str, Any]) -> list[tuple[str, str]]:
+    return sorted(
+        (str(s.get("pod")), str(s.get("fileSet"))) for s in status.get("served") or [] if isinstance(s, dict)
+    )

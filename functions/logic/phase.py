@@ -16,52 +16,35 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
+from functions.logic import reasons
 from functions.logic.conditions import find
 
 if TYPE_CHECKING:  # the seed-1 models are not imported by the steps that do not read them
     from functions.resources.meta import Condition
     from functions.resources.rackai import Phase
 
-READY = "Ready"
-
-# Seed 1, condition Ready ------------------------------------------------------------------------
-ADMITTED = "Admitted"
-"""Unknown: the spec was accepted; storage has not been verified against it yet."""
-MODEL_NOT_FOUND = "ModelNotFound"
-"""False: spec.model names no Model in the adapter's namespace (admit)."""
-INTEGRITY_PATH_OUTSIDE_ADAPTER = "IntegrityPathOutsideAdapter"
-"""False: a spec.integrity.md5 key lies outside /loraadapters/{ns}/{model}/{name}/ (admit)."""
-AWAITING_INTEGRITY = "AwaitingIntegrity"
-"""False: no spec.integrity.md5 declared yet; nothing to verify (verify)."""
-AWAITING_FILES = "AwaitingFiles"
-"""False: some declared files are not in storage yet; the message names them (verify)."""
-MD5_UNAVAILABLE = "Md5Unavailable"
-"""False: storage reported no MD5 for a declared file and it could not be hashed (verify)."""
-INTEGRITY_CHECK_FAILED = "IntegrityCheckFailed"
-"""False: a declared file's MD5 differs; the message names paths, expected vs observed (verify)."""
-INTEGRITY_VERIFIED = "IntegrityVerified"
-"""True: every declared file is in storage with a matching MD5 (verify)."""
-
-ADMIT_FAILURES = frozenset({MODEL_NOT_FOUND, INTEGRITY_PATH_OUTSIDE_ADAPTER})
-"""Verdicts owned by admit: the later steps keep them until admit clears them."""
-TERMINAL = frozenset(
-    {MODEL_NOT_FOUND, INTEGRITY_PATH_OUTSIDE_ADAPTER, MD5_UNAVAILABLE, INTEGRITY_CHECK_FAILED}
-)
-"""Reasons that need a human (or a changed spec/file) to move: phase Failed."""
-
-# Seed 2, conditions Available and Error -----------------------------------------------------------
-AVAILABLE = "Available"
-ERROR = "Error"
-INFERENCE_SERVICE_READY = "InferenceServiceReady"
-"""Available=True: the referenced InferenceService exists and runs sglang."""
-INFERENCE_SERVICE_NOT_FOUND = "InferenceServiceNotFound"
-"""Available=False, Error=True: the referenced InferenceService does not exist."""
-RUNTIME_MISMATCH = "RuntimeMismatch"
-"""Available=False, Error=True: the referenced InferenceService's runtime is not sglang."""
-NO_ERROR = "NoError"
-"""Error=False: no reconcile step reports a failure."""
-ADMIT_ERRORS = frozenset({INFERENCE_SERVICE_NOT_FOUND, RUNTIME_MISMATCH})
-"""Error reasons owned by admit (it clears only these; load owns its own)."""
+# The reasons live in functions/logic/reasons.py; these names are the ones phase is read by.
+READY = reasons.READY
+ADMITTED = reasons.ADMITTED
+AWAITING_VERIFICATION = reasons.AWAITING_VERIFICATION
+MODEL_NOT_FOUND = reasons.MODEL_NOT_FOUND
+INTEGRITY_PATH_OUTSIDE_ADAPTER = reasons.INTEGRITY_PATH_OUTSIDE_ADAPTER
+AWAITING_INTEGRITY = reasons.AWAITING_INTEGRITY
+AWAITING_FILES = reasons.AWAITING_FILES
+MD5_UNAVAILABLE = reasons.MD5_UNAVAILABLE
+INTEGRITY_CHECK_FAILED = reasons.INTEGRITY_CHECK_FAILED
+INTEGRITY_VERIFIED = reasons.INTEGRITY_VERIFIED
+ADMIT_FAILURES = reasons.ADMIT_FAILURES
+TERMINAL = reasons.TERMINAL
+AVAILABLE = reasons.AVAILABLE
+ERROR = reasons.ERROR
+INFERENCE_SERVICE_READY = reasons.INFERENCE_SERVICE_READY
+INFERENCE_SERVICE_NOT_FOUND = reasons.INFERENCE_SERVICE_NOT_FOUND
+RUNTIME_MISMATCH = reasons.RUNTIME_MISMATCH
+REFERENCE_NOT_PERMITTED = reasons.REFERENCE_NOT_PERMITTED
+PATH_NOT_ALLOWED = reasons.PATH_NOT_ALLOWED
+NO_ERROR = reasons.NO_ERROR
+ADMIT_ERRORS = reasons.ADMIT_ERRORS
 
 
 def summarize(conditions: Sequence[Condition] | None, files_seen: bool) -> tuple[Phase, bool]:

@@ -48,13 +48,23 @@ class StorageRef(WireModel):
     path: str | None = None
 
 
+class ServedRecord(WireModel):
+    """One pod and the verified file set it was loaded from (load, reload and unload keep these)."""
+
+    pod: str
+    file_set: str
+
+
 class LoRAAdapterStatus(WireModel):
     conditions: list[Condition] | None = None
+    file_set: str | None = None
+    """The file set verify last accepted (a digest of the declared path -> MD5 pairs)."""
     files: list[FileInfo] | None = None
     integrity: IntegrityStatus | None = None
     observed_generation: int | None = None
     phase: Phase | None = None
     ready: bool | None = None
+    served: list[ServedRecord] | None = None
     size: Quantity | None = None
     storage_ref: StorageRef | None = None
     upload_complete: bool | None = None

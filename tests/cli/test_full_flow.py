@@ -74,5 +74,5 @@ def test_upload_makes_the_adapter_ready_and_loaded(
 
     assert main(["events", "--endpoints", str(endpoints)]) == 0
     out = capsys.readouterr().out
-    for type_ in ("adapter.admitted", "file.changed", "adapter.ready", "adapter.loaded"):
-        assert f"io.loraflow.{type_}.v1" in out, type_
+    for type_ in ("adapter.admitted.v1", "file.changed.v1", "adapter.ready.v1", "adapter.loaded.v2"):
+        assert f"io.loraflow.{type_}" in out, type_

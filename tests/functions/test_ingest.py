@@ -70,7 +70,11 @@ def created_pb(parent: str = DIR, name: str = "w.safetensors") -> bytes:
 
 
 def post_webhook(world: Testbed, body: Any, token: str | None = None) -> httpx.Response:
+    """As the filer posts it, with the session's bearer token unless `token` says otherwise
+    ("" sends none)."""
     headers = {"Authorization": f"Bearer {token}"} if token else {}
+    if token is None:
+        headers = world.webhook_auth
     return world.http.post(world.host.urls["ingest"], json=body, headers=headers)
 
 
@@ -152,7 +156,7 @@ def test_paths_the_backend_cannot_map_are_2xx_and_logged_once(
 def test_webhook_token(world: Testbed) -> None:
     body = webhook_body(f"{DIR}/w.safetensors", "create", created())
     with world.settings(LORAFLOW_WEBHOOK_TOKEN="s3cret", LORAFLOW_BROKER_URL=""):
-        assert post_webhook(world, body).status_code == 401
+        assert post_webhook(world, body, token="").status_code == 401
         assert post_webhook(world, body, token="wrong").status_code == 401
         assert reply(post_webhook(world, body, token="s3cret"))["type"] == FILE_CHANGED
 
@@ -220,9 +224,8 @@ def test_webhook_rejects(world: Testbed, body: dict[str, Any], needle: str) -> N
 
 
 def test_webhook_body_not_json(world: Testbed) -> None:
-    response = world.http.post(
-        world.host.urls["ingest"], content=b"{nope", headers={"content-type": "application/json"}
-    )
+    headers = {"content-type": "application/json", **world.webhook_auth}
+    response = world.http.post(world.host.urls["ingest"], content=b"{nope", headers=headers)
     assert response.status_code == 400
 
 
@@ -282,3 +285,11 @@ def test_sqs_structured_json_object_data_is_rejected(world: Testbed) -> None:
         headers={"content-type": "application/cloudevents+json"},
     )
     assert response.status_code == 400 and "JSON dict" in response.text
+
+
+def test_a_webhook_without_a_token_configured_refuses_to_serve(world: Testbed) -> None:
+    """An open webhook would let anyone inject file.changed events: 503 saying why, never a 2xx."""
+    body = webhook_body(f"{DIR}/w.safetensors", "create", created())
+    with world.settings(LORAFLOW_WEBHOOK_TOKEN=""):
+        response = post_webhook(world, body)
+    assert response.status_code == 503 and "LORAFLOW_WEBHOOK_TOKEN is not set" in response.text

@@ -16,7 +16,7 @@ import httpx
 import pytest
 from cloudevents.http import from_http
 
-from events.domain import ADAPTER_LOADED, POD_RELOADED
+from events.domain import ADAPTER_LOADED_V2, POD_RELOADED
 from functions.resources.kinds import INFERENCE_SERVICE, SGLANG_ADAPTER
 from tests.support.builders import (
     admit,
@@ -70,7 +70,7 @@ def test_available_then_loaded_into_every_replica(world: Testbed) -> None:
         "Error": ("False", "NoError"),
     }
 
-    data = reply(world.post("load", sglang_admitted(world, ns, "s1")), ADAPTER_LOADED)
+    data = reply(world.post("load", sglang_admitted(world, ns, "s1")), ADAPTER_LOADED_V2)
     assert data["pods"] == isvc_pods(world, ns)
     assert data["failed"] == []
     for pod in isvc_pods(world, ns):
@@ -167,7 +167,7 @@ def test_last_loaded_at_moves_on_reload_after_engine_restart(world: Testbed) -> 
     sglang_isvc(world, ns, replicas=2)
     path = sglang_files(world, ns, "s1")
     admit(world, sglang_adapter(world, ns, "s1", "handle-1", path))
-    reply(world.post("load", sglang_admitted(world, ns, "s1")), ADAPTER_LOADED)
+    reply(world.post("load", sglang_admitted(world, ns, "s1")), ADAPTER_LOADED_V2)
     first = stored(world, ns, "s1")["status"]["lastLoadedAt"]
     time.sleep(1.05)  # metav1.Time has second resolution
 

@@ -57,7 +57,7 @@ def assert_quiet(world: Testbed, flow: Flow, ns: str, before: dict[str, Any]) ->
 def test_seed1_path_through_the_filer_webhook(world: Testbed, structured: bool) -> None:
     flow = Flow(world, structured)
     ns, directory = setup_adapter(world, flow)
-    with world.webhook(token=True):
+    with world.webhook():
         world.upload(directory + "adapter_config.json", CONFIG)
         world.upload(directory + "adapter_model.safetensors", WEIGHTS)
         assert world.settle()

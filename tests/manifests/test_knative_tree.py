@@ -33,6 +33,7 @@ CONTRACT_FUNCTIONS = {"admit", "stat", "verify", "load", "reload", "unload", "re
 # Types we emit that no step of ours consumes: outputs for platform teams' own Triggers.
 PUBLIC_OUTPUT_ONLY = {
     "io.loraflow.adapter.loaded.v1",
+    "io.loraflow.adapter.loaded.v2",
     "io.loraflow.adapter.unloaded.v1",
     "io.loraflow.pod.reloaded.v1",
 }
@@ -320,7 +321,7 @@ def test_every_function_that_publishes_gets_the_broker_url() -> None:
     """K_SINK comes from the SinkBinding, which selects Services by label: a function that
     publishes to the Broker (besides replying) without that label would fail in a cluster."""
     publishing = {p.stem for p in (ROOT / "functions").glob("*.py") if "broker.publish" in p.read_text()}
-    assert publishing == {"admit", "ingest", "resync"}
+    assert publishing == {"admit", "ingest", "load", "resync"}
     (binding,) = of_kind("SinkBinding")
     selector = binding["spec"]["subject"]["selector"]["matchLabels"]
     labelled = {

@@ -18,6 +18,7 @@ from devstack.standins.engines.base import LoadedAdapter
 from devstack.standins.kube.store import WriteOptions
 from events.domain import STEP_EXTENSION
 from events.external import PING
+from functions.logic.facts import file_set
 from functions.resources.kinds import (
     FINALIZER,
     INFERENCE_SERVICE,
@@ -88,8 +89,16 @@ def test_resync_nudges_exactly_the_drifted_over_thousands(world: Testbed) -> Non
     v2_missing = set(v2_names[1::23])
     v2_unadmitted = set(v2_names[2::31]) - v2_missing
 
-    loaded = _cond("Loaded", "Loaded")
+    def pod_of(label: str) -> str:
+        (pod,) = [p["metadata"]["name"] for p in world.workload.pods(ns, label)]
+        return pod
+
+    md_pod = {
+        f"d{d:02d}": pod_of(f"rackai.rackspace.com/model-deployment=d{d:02d}") for d in range(DEPLOYMENTS)
+    }
     for name in names:
+        # in sync: the status exactly as load writes it (its pod counted and recorded)
+        loaded = {**_cond("Loaded", "Loaded"), "message": f"loaded in 1 Ready pod(s): {owner[name]} 1/1"}
         directory = f"/loraadapters/{ns}/{MODEL}/{name}/"
         generation_drift = name in stale_gen
         status = {
@@ -99,6 +108,7 @@ def test_resync_nudges_exactly_the_drifted_over_thousands(world: Testbed) -> Non
             "usedBy": [] if name in stale_used else [owner[name]],
             "storageRef": {"path": directory},
             "conditions": [_cond("Ready", "IntegrityVerified"), loaded],
+            "served": [{"pod": md_pod[owner[name]], "fileSet": file_set({})}],
         }
         meta: dict[str, object] = {"name": name, "namespace": ns, "finalizers": [FINALIZER]}
         _put(world, VLLM_ADAPTER, ns, {"metadata": meta, "spec": {"model": MODEL}}, status)
@@ -110,10 +120,11 @@ def test_resync_nudges_exactly_the_drifted_over_thousands(world: Testbed) -> Non
             "path": f"/sglang/{ns}/{name}",
             "inferenceServiceRef": {"name": isvc_of[name]},
         }
+        message = f"loaded in 1 Ready pod(s) of {ns}/{isvc_of[name]}"
         conds = [
             _cond("Available", "InferenceServiceReady", "True"),
-            _cond("Error", "NoError", "False"),
-            loaded,
+            {**_cond("Error", "NoError", "False"), "message": "no error"},
+            {**_cond("Loaded", "Loaded"), "message": message},
         ]
         for c in conds:
             c["observedGeneration"] = 1  # type: ignore[assignment]

@@ -16,11 +16,12 @@ from cloudevents.http import CloudEvent, from_http
 from events.domain import (
     ADAPTER_ADMITTED,
     ADAPTER_DRIFTED,
-    ADAPTER_LOADED,
+    ADAPTER_LOADED_V2,
     ADAPTER_STAT_COMPLETED,
     FILE_CHANGED,
     STEP_EXTENSION,
 )
+from functions.logic.facts import file_set
 from functions.resources.kinds import (
     INFERENCE_SERVICE,
     INFERENCE_SERVICE_LABEL,
@@ -131,6 +132,7 @@ def expected_status(directory: str, weights: bytes = WEIGHTS) -> dict[str, Any]:
                 "observedGeneration": 1,
             }
         ],
+        "fileSet": file_set({config_path: md5(CONFIG), weights_path: md5(weights)}),
         "files": [{"path": config_path, "size": len(CONFIG)}, {"path": weights_path, "size": len(weights)}],
         "integrity": {
             "files": {
@@ -202,7 +204,7 @@ def drifted(world: Testbed, ns: str) -> httpx.Response:
 def reply_pods(response: httpx.Response) -> list[str]:
     assert response.status_code == 200, f"{response.status_code} {response.text}"
     event = from_http(dict(response.headers), response.content)
-    assert event["type"] == ADAPTER_LOADED
+    assert event["type"] == ADAPTER_LOADED_V2
     data = event.get_data()
     assert isinstance(data, dict)
     pods: list[str] = data["pods"]

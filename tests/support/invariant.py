@@ -1,34 +1,35 @@
 """The convergence invariant, checked from a fresh full observation of the world.
 
 At quiescence, for both LoRAAdapter kinds:
-1. every Ready (seed 1) / Available (seed 2) adapter is loaded in exactly the Ready pods of
-   the targets that should serve it, with the right path, and no pod holds an adapter of ours
-   (seed 1: loaded from under `{mount_root}/loraadapters/`; seed 2: named like a seed-2 adapter
-   of the InferenceService, or loaded from under the mount root) that it should not serve;
+1. every pod serves exactly what the serving planner (functions/logic/serving.py) says its
+   target should serve: each wanted adapter from the adapter's own path and, for vllm, from the
+   current verified file set (a pod serving an older set is `stale`); no copy of ours that is
+   not wanted (`surplus`); no name served from another adapter's path (`takeover`) or from a
+   path that is no adapter's (`wrong-path`); every Ready pod answers its listing;
 2. every status field equals what a fresh full observation would write: the production pure
-   decisions (admit, stat, verify, load) are re-run on fresh data (Kubernetes objects, the
-   storage listing, the engines' own `GET /v1/models`) and the result is compared with the
-   stored status, ignoring only timestamps (`lastTransitionTime`, `lastLoadedAt`, which must
-   be set when the adapter is loaded somewhere);
-3. no finalizer of ours is left on a deleted adapter, and every live adapter carries it;
-4. no adapter still referenced was unloaded (a desired adapter missing from a Ready pod).
+   decisions (admit, stat, verify, then the serving report) are re-run on fresh data
+   (Kubernetes objects, the storage listing, the engines' own `GET /v1/models`) and the result
+   is compared with the stored status, ignoring only timestamps (`lastTransitionTime`,
+   `lastLoadedAt`, which must be set when the adapter is loaded somewhere);
+3. no finalizer of ours is left on a deleted adapter, and every live adapter carries it.
 
-The engines are only observed (`execute(..., load=False)`): the check has no side effects.
+The engines are only listed: the check has no side effects.
 """
 
 from __future__ import annotations
 
-import posixpath
+import tempfile
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
-from functions import _serving, admit, stat, verify
-from functions._edge import Deps
-from functions._serving import Fleet
-from functions.logic import adapter_config, integrity, loading, targets
-from functions.logic.paths import STORAGE_ROOT, is_under
+from functions import admit, stat, verify
+from functions.adapters import fleet
+from functions.edge.bootstrap import Deps
+from functions.logic import facts, integrity, loaded, reasons, serving
+from functions.logic.serving import AdapterKey, ListingFailure, TargetKey
 from functions.resources.inference import InferenceService, SGLangAdapter
 from functions.resources.kinds import (
     FINALIZER,
@@ -45,14 +46,15 @@ Obj = dict[str, Any]
 NOW = datetime(2030, 1, 1, tzinfo=UTC)
 IGNORED_STATUS_FIELDS = frozenset({"lastLoadedAt"})
 IGNORED_CONDITION_FIELDS = frozenset({"lastTransitionTime"})
-NOT_READY_LOADED_REASONS = frozenset({loading.R_NOT_READY, loading.R_NOT_REFERENCED, loading.R_UNLOADED})
-"""Seed 1, not Ready: unload's clean-up and load's verdict both say "not loaded"; either is true."""
+NOT_READY_LOADED_REASONS = frozenset({reasons.ADAPTER_NOT_READY, reasons.NOT_REFERENCED, reasons.UNLOADED})
+"""vllm, not Ready: unload's clean-up and load's verdict both say "not loaded"; either is true."""
 
 
 @dataclass(frozen=True)
 class Violation:
     rule: str
-    """missing | surplus | wrong-path | unreachable | status | finalizer | last-loaded-at"""
+    """missing | stale | surplus | takeover | wrong-path | unreachable | status | finalizer |
+    last-loaded-at"""
     subject: str
     detail: str
 
@@ -62,45 +64,67 @@ class Violation:
 
 # -- the world ---------------------------------------------------------------------------------
 def deps_for(source: Any) -> Deps:
-    """Production clients pointed at a running Stack (admin kubeconfig: RBAC is not the point)."""
+    """Production clients pointed at a running Stack (admin kubeconfig: RBAC is not the point);
+    on a Testbed, the functions' own (they run in this process, configured by its environment)."""
     if isinstance(source, Deps):
         return source
+    if not hasattr(source, "admin_kubeconfig"):  # a Testbed: the functions' settings, as admin
+        from functions.edge.bootstrap import deps
+
+        path = Path(tempfile.mkdtemp(prefix="loraflow-invariant-")) / "admin.kubeconfig"
+        admin = source.kube.write_kubeconfig(path, source.kube.admin_token)
+        return Deps(deps().settings.model_copy(update={"kubeconfig": str(admin)}))
     settings = Settings(
         filer_url=source.filer.url,
         mount_root=str(source.mount_root),
         kubeconfig=str(source.admin_kubeconfig),
         engine_timeout=5.0,
+        loopback_engines="allow",
     )
     return Deps(settings)
 
 
-@dataclass
-class World:
-    v1: list[Obj]
-    v2: list[Obj]
-    deployments: list[Obj]
-    services: list[Obj]
-    models: set[tuple[str, str]]
-
-
-def observe(deps: Deps, namespaces: Iterable[str] | None = None) -> World:
+def observe(
+    deps: Deps, namespaces: Iterable[str] | None = None
+) -> tuple[fleet.Observed, set[tuple[str, str]]]:
+    """Every adapter, target, Ready pod, listing and config (of `namespaces`), and the Models."""
     wanted = set(namespaces) if namespaces is not None else None
     kube = deps.kube
 
     def keep(obj: Obj) -> bool:
-        return wanted is None or targets.namespace_of(obj) in wanted
+        return wanted is None or facts.namespace_of(obj) in wanted
 
-    return World(
-        v1=[a for a in kube.iter(VLLM_ADAPTER) if keep(a)],
-        v2=[a for a in kube.iter(SGLANG_ADAPTER) if keep(a)],
-        deployments=[d for d in kube.iter(MODEL_DEPLOYMENT) if keep(d)],
-        services=[s for s in kube.iter(INFERENCE_SERVICE) if keep(s)],
-        models={(targets.namespace_of(m), targets.name_of(m)) for m in kube.iter(MODEL)},
+    adapters = frozenset(
+        [
+            AdapterKey("vllm", facts.namespace_of(o), facts.name_of(o))
+            for o in kube.iter(VLLM_ADAPTER)
+            if keep(o)
+        ]
+        + [
+            AdapterKey("sglang", facts.namespace_of(o), facts.name_of(o))
+            for o in kube.iter(SGLANG_ADAPTER)
+            if keep(o)
+        ]
     )
+    targets = frozenset(
+        [
+            TargetKey("ModelDeployment", facts.namespace_of(o), facts.name_of(o))
+            for o in kube.iter(MODEL_DEPLOYMENT)
+            if keep(o)
+        ]
+        + [
+            TargetKey("InferenceService", facts.namespace_of(o), facts.name_of(o))
+            for o in kube.iter(INFERENCE_SERVICE)
+            if keep(o)
+        ]
+    )
+    request = fleet.Request(adapters=adapters, targets=targets, load=False, every_deployment=True)
+    models = {(facts.namespace_of(m), facts.name_of(m)) for m in kube.iter(MODEL)}
+    return fleet.observe(deps, request), models
 
 
 def _path(obj: Mapping[str, Any]) -> str:
-    return f"{targets.namespace_of(obj)}/{targets.name_of(obj)}"
+    return f"{facts.namespace_of(obj)}/{facts.name_of(obj)}"
 
 
 # -- status comparison -------------------------------------------------------------------------
@@ -148,168 +172,142 @@ def diff_status(subject: str, stored: Mapping[str, Any] | None, fresh: Mapping[s
     return out
 
 
-# -- seed 1 --------------------------------------------------------------------------------------
-def fresh_status_v1(deps: Deps, fleet: Fleet, world: World, obj: Obj) -> Obj:
-    """admit -> stat -> verify -> load, as each would write on fresh data (no engine calls)."""
-    namespace, name = targets.namespace_of(obj), targets.name_of(obj)
-    adapter = LoRAAdapter.model_validate(obj)
-    model = adapter.spec.model
-    exists = admit.model_name_valid(model) and (namespace, model) in world.models
-    adapter = adapter.model_copy(update={"status": admit.decide_rackai(adapter, exists, NOW)})
-    directory = stat.listing_dir(adapter)
+# -- fresh statuses ------------------------------------------------------------------------------
+def fresh_admission(deps: Deps, observed: fleet.Observed, models: set[tuple[str, str]], obj: Obj) -> Obj:
+    """The object with the status admit (and for vllm stat, verify) would write on fresh data."""
+    namespace = facts.namespace_of(obj)
+    if obj.get("apiVersion") == SGLANG_ADAPTER.api_version:
+        adapter = SGLangAdapter.model_validate(obj)
+        key = facts.isvc_ref(obj)
+        found = observed.targets.get(key)
+        target = InferenceService.model_validate(found) if found is not None else None
+        return {**obj, "status": admit.decide_sglang(adapter, target, NOW).to_wire()}
+    rackai = LoRAAdapter.model_validate(obj)
+    exists = admit.model_name_valid(rackai.spec.model) and (namespace, rackai.spec.model) in models
+    rackai = rackai.model_copy(update={"status": admit.decide_rackai(rackai, exists, NOW)})
+    directory = stat.listing_dir(rackai)
     if directory is not None:
-        listing = deps.storage.stat_dir(directory)
-        adapter = adapter.model_copy(update={"status": stat.decide(adapter, listing, NOW)})
-    observed = verify.observed_files(adapter)
+        rackai = rackai.model_copy(
+            update={"status": stat.decide(rackai, deps.storage.stat_dir(directory), NOW)}
+        )
+    observed_files = verify.observed_files(rackai)
     limit = deps.settings.hash_max_bytes
     hashed = {
         path: deps.storage.hash_file(path, limit) if limit > 0 else None
-        for path in integrity.to_hash(verify.declared(adapter), observed)
+        for path in integrity.to_hash(verify.declared(rackai), observed_files)
     }
-    wire = verify.decide(adapter, hashed, NOW).to_wire()
-    generation = (obj.get("metadata") or {}).get("generation")
-    deployments = [d for d in world.deployments if targets.namespace_of(d) == namespace]
-    used = targets.used_by(name, deployments)
-    after = {**obj, "status": wire}
-    if not targets.ready_v1(after):
-        return loading.status_v1(wire, used, None, generation, NOW, not_ready=True)
-    plans = _serving.plan_v1(fleet, after, deployments)
-    _serving.execute(fleet, plans, load=False)
-    return loading.status_v1(wire, used, [p.result() for p in plans], generation, NOW)
+    return {**obj, "status": verify.decide(rackai, hashed, NOW).to_wire()}
 
 
-def check_status_v1(deps: Deps, fleet: Fleet, world: World, obj: Obj) -> list[Violation]:
-    subject = f"LoRAAdapter(rackai) {_path(obj)}"
-    fresh = fresh_status_v1(deps, fleet, world, obj)
-    stored = dict(obj.get("status") or {})
-    if not targets.ready_v1({**obj, "status": fresh}):
+def fresh_world(
+    deps: Deps, observed: fleet.Observed, models: set[tuple[str, str]]
+) -> tuple[serving.World, dict[AdapterKey, Obj]]:
+    """The observed world with each adapter as its fresh admission status makes it."""
+    fresh: dict[AdapterKey, Obj] = {}
+    adapters = dict(observed.world.adapters)
+    for key, obj in observed.objects.items():
+        if facts.deleting(obj):
+            continue
+        fresh[key] = after = fresh_admission(deps, observed, models, obj)
+        before = adapters[key]
+        if key.kind == "vllm":
+            adapters[key] = facts.vllm_adapter(after, deps.settings.mount_root, before.config)._replace(
+                served=before.served
+            )
+        else:
+            adapters[key] = facts.sglang_adapter(after)
+    return observed.world._replace(adapters=adapters), fresh
+
+
+def fresh_status(world: serving.World, desire: serving.Desire, key: AdapterKey, obj: Obj) -> Obj:
+    adapter = world.adapters[key]
+    report = serving.serving_report(world, desire, key)
+    status = dict(facts.status(obj))
+    generation = facts.meta(obj).get("generation")
+    if key.kind == "vllm":
+        used = [t.name for t in desire.targets_of.get(key, ())]
+        return loaded.vllm_status(
+            status, report if adapter.serve == "serve" else None, used, adapter.serve, generation, NOW
+        )
+    served = adapter.serve == "serve"
+    return loaded.sglang_status(
+        status, report, adapter.lora_path, generation, NOW, serving.redacted(adapter), served
+    )
+
+
+def check_status(
+    world: serving.World, desire: serving.Desire, key: AdapterKey, stored: Obj, fresh_obj: Obj
+) -> list[Violation]:
+    subject = f"LoRAAdapter({'rackai' if key.kind == 'vllm' else 'sglang'}) {key}"
+    fresh = fresh_status(world, desire, key, fresh_obj)
+    have = dict(facts.status(stored))
+    if key.kind == "vllm" and world.adapters[key].serve == "drop":
         # not Ready: Loaded must not claim anything; which "not loaded" reason is a matter of
         # which step wrote last (load: AdapterNotReady, unload: NotReferenced/Unloaded)
-        def loaded_of(status: Obj) -> Obj | None:
-            return next((c for c in status.get("conditions") or [] if c.get("type") == loading.LOADED), None)
-
-        have, want = loaded_of(stored), loaded_of(fresh)
-        if have is not None and (
-            have.get("status") != "False" or have.get("reason") not in NOT_READY_LOADED_REASONS
+        found = next((c for c in have.get("conditions") or [] if c.get("type") == reasons.LOADED), None)
+        out = diff_status(subject, _without_loaded(have), _without_loaded(fresh))
+        if found is not None and (
+            found.get("status") != "False" or found.get("reason") not in NOT_READY_LOADED_REASONS
         ):
-            return [
-                *diff_status(subject, _without_loaded(stored), _without_loaded(fresh)),
-                Violation("status", subject, f"not Ready but condition Loaded is {_short(have)}"),
-            ]
-        del want
-        return diff_status(subject, _without_loaded(stored), _without_loaded(fresh))
-    return diff_status(subject, stored, fresh)
-
-
-def _without_loaded(status: Obj) -> Obj:
-    conds = [c for c in status.get("conditions") or [] if c.get("type") != loading.LOADED]
-    return {**status, "conditions": conds}
-
-
-def check_engines_v1(deps: Deps, fleet: Fleet, world: World) -> list[Violation]:
-    out: list[Violation] = []
-    mount = deps.settings.mount_root
-    ours = posixpath.join(mount, STORAGE_ROOT.strip("/"))
-    by_ns: dict[str, dict[str, Obj]] = {}
-    for adapter in world.v1:
-        by_ns.setdefault(targets.namespace_of(adapter), {})[targets.name_of(adapter)] = adapter
-    for md in world.deployments:
-        namespace, md_name = targets.namespace_of(md), targets.name_of(md)
-        adapters = by_ns.get(namespace, {})
-        desired = targets.desired_v1(md, adapters, mount)
-        for lora in list(desired):
-            raw = fleet.config(adapters[lora])
-            if not adapter_config.check(raw, targets.max_rank(md, deps.settings.max_lora_rank)).ok:
-                del desired[lora]  # refused before any engine call: must not be loaded
-        endpoints = fleet.endpoints(MODEL_DEPLOYMENT, namespace, md_name)
-        listings = fleet.listings(endpoints)
-        for ep in endpoints:
-            out += _compare_pod(
-                f"ModelDeployment {namespace}/{md_name}",
-                ep.pod,
-                listings[ep.pod],
-                desired,
-                lambda lora, root: is_under(root, ours),
-            )
-    return out
-
-
-# -- seed 2 --------------------------------------------------------------------------------------
-def fresh_status_v2(fleet: Fleet, world: World, obj: Obj) -> Obj:
-    adapter = SGLangAdapter.model_validate(obj)
-    namespace, name = targets.isvc_ref(obj)
-    found = next(
-        (s for s in world.services if (targets.namespace_of(s), targets.name_of(s)) == (namespace, name)),
-        None,
-    )
-    target = InferenceService.model_validate(found) if found is not None else None
-    wire = admit.decide_sglang(adapter, target, NOW).to_wire()
-    after = {**obj, "status": wire}
-    if not targets.available_v2(after):
-        return wire
-    plan = _serving.plan_v2(fleet, after)
-    _serving.execute(fleet, [plan], load=False)
-    generation = (obj.get("metadata") or {}).get("generation")
-    path = str((obj.get("spec") or {}).get("path") or "")
-    return loading.status_v2(wire, plan.result(), path, generation, NOW)
-
-
-def check_status_v2(fleet: Fleet, world: World, obj: Obj) -> list[Violation]:
-    subject = f"LoRAAdapter(sglang) {_path(obj)}"
-    fresh = fresh_status_v2(fleet, world, obj)
-    stored = dict(obj.get("status") or {})
-    out = diff_status(subject, stored, fresh)
-    if fresh.get("loadedPath") and not stored.get("lastLoadedAt"):
+            out.append(Violation("status", subject, f"not Ready but condition Loaded is {_short(found)}"))
+        return out
+    out = diff_status(subject, have, fresh)
+    if (
+        key.kind == "sglang"
+        and fresh.get("loadedPath")
+        and not have.get("lastLoadedAt")
+        and world.adapters[key].serve == "serve"
+    ) and any(
+        p.state == "serving" for t in serving.serving_report(world, desire, key).targets for p in t.pods
+    ):
         out.append(Violation("last-loaded-at", subject, "loaded in a Ready pod but lastLoadedAt is not set"))
     return out
 
 
-def check_engines_v2(deps: Deps, fleet: Fleet, world: World) -> list[Violation]:
-    out: list[Violation] = []
-    mount = deps.settings.mount_root
-    for isvc in world.services:
-        namespace, name = targets.namespace_of(isvc), targets.name_of(isvc)
-        candidates = [a for a in world.v2 if targets.targets_isvc(a, namespace, name)]
-        desired = targets.desired_v2(isvc, candidates)
-        endpoints = fleet.endpoints(INFERENCE_SERVICE, namespace, name)
-        listings = fleet.listings(endpoints)
-        for ep in endpoints:
-            out += _compare_pod(
-                f"InferenceService {namespace}/{name}",
-                ep.pod,
-                listings[ep.pod],
-                desired,
-                lambda lora, root, i=isvc, c=candidates: (
-                    targets.managed_v2(lora, i, c) or is_under(root, mount)
-                ),
-            )
-    return out
+def _without_loaded(status: Obj) -> Obj:
+    conds = [c for c in status.get("conditions") or [] if c.get("type") != reasons.LOADED]
+    return {**status, "conditions": conds}
 
 
-# -- shared --------------------------------------------------------------------------------------
-def _compare_pod(
-    target: str,
-    pod: str,
-    listing: Mapping[str, str] | None,
-    desired: Mapping[str, targets.Wanted],
-    ours: Any,
-) -> list[Violation]:
-    subject = f"{target} pod {pod}"
-    if listing is None:
-        return [Violation("unreachable", subject, "Ready pod whose engine does not answer GET /v1/models")]
+# -- engines -------------------------------------------------------------------------------------
+def check_engines(world: serving.World, desire: serving.Desire) -> list[Violation]:
     out: list[Violation] = []
-    for lora, wanted in sorted(desired.items()):
-        if lora not in listing:
-            out.append(Violation("missing", subject, f"{lora} should be loaded here and is not"))
-        elif listing[lora] and listing[lora].rstrip("/") != wanted.lora_path.rstrip("/"):
-            out.append(
-                Violation(
-                    "wrong-path", subject, f"{lora} loaded from {listing[lora]}, wanted {wanted.lora_path}"
+    for target, pods in sorted(world.pods.items()):
+        claims = desire.wanted.get(target, {})
+        for pod in pods:
+            subject = f"{target.kind} {target} pod {pod.name}"
+            listing = pod.listing
+            if isinstance(listing, ListingFailure) or listing is None:
+                out.append(
+                    Violation("unreachable", subject, "Ready pod whose engine does not answer GET /v1/models")
                 )
-            )
-    for lora, root in sorted(listing.items()):
-        if lora not in desired and ours(lora, root):
-            out.append(Violation("surplus", subject, f"{lora} ({root}) is loaded here and should not be"))
+                continue
+            for lora, claim in sorted(claims.items()):
+                state = serving.pod_state(world, claim, listing, pod.name)
+                root = listing.get(lora, "")
+                if state == "absent" and claim.load:
+                    out.append(Violation("missing", subject, f"{lora} should be loaded here and is not"))
+                elif state == "stale" and claim.load:
+                    out.append(
+                        Violation("stale", subject, f"{lora} serves an older file set than {claim.file_set}")
+                    )
+                elif state == "occupied":
+                    owner = serving.owner_of_copy(world, target, lora, root)
+                    rule = "takeover" if owner is not None and owner != claim.adapter else "wrong-path"
+                    out.append(
+                        Violation(
+                            rule,
+                            subject,
+                            f"{lora} is served from {root}, wanted {claim.lora_path} ({claim.adapter})",
+                        )
+                    )
+            for lora, root in sorted(listing.items()):
+                owner = serving.owner_of_copy(world, target, lora, root)
+                wanted = claims.get(lora)
+                if owner is not None and (wanted is None or wanted.adapter != owner):
+                    out.append(
+                        Violation("surplus", subject, f"{lora} ({root}) is loaded here and should not be")
+                    )
     return out
 
 
@@ -331,19 +329,14 @@ def check(source: Any, namespaces: Iterable[str] | None = None) -> list[Violatio
 
     Faults must be stopped and the system quiescent: this reads, it does not wait."""
     deps = deps_for(source)
-    world = observe(deps, namespaces)
-    fleet = Fleet(deps)
-    out: list[Violation] = []
-    out += check_engines_v1(deps, fleet, world)
-    out += check_engines_v2(deps, fleet, world)
-    for obj in world.v1:
-        out += check_finalizer(obj, "rackai")
-        if not targets.is_deleting(obj):
-            out += check_status_v1(deps, fleet, world, obj)
-    for obj in world.v2:
-        out += check_finalizer(obj, "sglang")
-        if not targets.is_deleting(obj):
-            out += check_status_v2(fleet, world, obj)
+    observed, models = observe(deps, namespaces)
+    out = check_engines(observed.world, serving.desired(observed.world))
+    world, fresh = fresh_world(deps, observed, models)
+    desire = serving.desired(world)
+    for key, obj in sorted(observed.objects.items()):
+        out += check_finalizer(obj, "rackai" if key.kind == "vllm" else "sglang")
+        if key in fresh:
+            out += check_status(world, desire, key, obj, fresh[key])
     return out
 
 

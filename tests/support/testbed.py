@@ -137,12 +137,16 @@ class Testbed:
         response.raise_for_status()
         return hashlib.md5(content, usedforsecurity=False).hexdigest()
 
+    @property
+    def webhook_auth(self) -> dict[str, str]:
+        """The Authorization header the filer's webhook sends (ingest requires its token)."""
+        return {"Authorization": f"Bearer {self.seaweed.webhook_token}"}
+
     @contextlib.contextmanager
-    def webhook(self, token: str | None = None) -> Iterator[None]:
+    def webhook(self) -> Iterator[None]:
         """The filer's webhook reaches this testbed's ingest while the block runs (the shared
-        filer posts with the session's bearer token; `token` makes ingest require it)."""
-        env = {"LORAFLOW_WEBHOOK_TOKEN": self.seaweed.webhook_token} if token else {}
-        with environment(**env), self.seaweed.relay.subscribed(self.host.urls["ingest"]):
+        filer posts with the session's bearer token, which ingest requires)."""
+        with self.seaweed.relay.subscribed(self.host.urls["ingest"]):
             yield
 
     def settle(self, timeout: float = 10.0) -> bool:
@@ -243,8 +247,10 @@ def testbed(
         settings = {
             "KUBECONFIG": str(functions_config),
             "LORAFLOW_FILER_URL": filer.url if filer_proxy else seaweed.server.url,
+            "LORAFLOW_LOOPBACK_ENGINES": "allow",  # the engine stand-ins listen on 127.0.0.x
             "LORAFLOW_MOUNT_ROOT": str(MOUNT_ROOT),
             "LORAFLOW_ENGINE_TIMEOUT": str(engine_timeout),
+            "LORAFLOW_WEBHOOK_TOKEN": seaweed.webhook_token,  # the shared filer sends it
             "LORAFLOW_BROKER_URL": sink.url,
         }
         api = config.new_client_from_config(str(admin_config))

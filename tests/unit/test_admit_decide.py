@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 
 from functions.admit import decide_rackai, decide_sglang
+from functions.logic.facts import file_set
 from functions.resources.inference import InferenceService, SGLangAdapter
 from functions.resources.rackai import LoRAAdapter
 
@@ -189,6 +190,56 @@ FILES = {"files": [{"path": DIR + "w", "size": 4}], "size": "4"}
             },
             id="repeat-is-identical",
         ),
+        pytest.param(
+            vllm(
+                spec={"integrity": {"md5": {DIR + "w": "b" * 32}}},
+                status={
+                    "conditions": [ready("True", "IntegrityVerified", "ok", T_OLD, 1)],
+                    "fileSet": file_set({DIR + "w": "a" * 32}),
+                    "observedGeneration": 1,
+                    **FILES,
+                },
+            ),
+            True,
+            {
+                "conditions": [
+                    ready(
+                        "Unknown",
+                        "AwaitingVerification",
+                        "spec.integrity.md5 changed; waiting for the integrity check",
+                    )
+                ],
+                "fileSet": file_set({DIR + "w": "a" * 32}),
+                "storageRef": {"path": DIR},
+                "observedGeneration": 2,
+                "phase": "Processing",
+                "ready": False,
+                **FILES,
+            },
+            id="new-md5s-take-ready-back-until-verify-rules",
+        ),
+        pytest.param(
+            vllm(
+                spec={"integrity": {"md5": {DIR + "w": "a" * 32}}, "description": "edited"},
+                status={
+                    "conditions": [ready("True", "IntegrityVerified", "ok", T_OLD, 1)],
+                    "fileSet": file_set({DIR + "w": "a" * 32}),
+                    "observedGeneration": 1,
+                    **FILES,
+                },
+            ),
+            True,
+            {
+                "conditions": [ready("True", "IntegrityVerified", "ok", T_OLD, 1)],
+                "fileSet": file_set({DIR + "w": "a" * 32}),
+                "storageRef": {"path": DIR},
+                "observedGeneration": 2,
+                "phase": "Ready",
+                "ready": True,
+                **FILES,
+            },
+            id="another-spec-edit-keeps-ready",
+        ),
     ],
 )
 def test_decide_rackai(adapter: LoRAAdapter, model_exists: bool, expected: dict[str, Any]) -> None:
@@ -322,3 +373,41 @@ def test_decide_sglang(
     adapter: SGLangAdapter, target: InferenceService | None, expected: dict[str, Any]
 ) -> None:
     assert decide_sglang(adapter, target, NOW).to_wire() == expected
+
+
+def foreign_isvc(accepts: str | None) -> InferenceService:
+    annotations = {"loraflow.io/accept-adapters-from": accepts} if accepts else {}
+    return InferenceService.model_validate(
+        {
+            "metadata": {"name": "isvc", "namespace": "team-b", "annotations": annotations},
+            "spec": {"runtime": "sglang"},
+        }
+    )
+
+
+@pytest.mark.parametrize(
+    ("target", "path", "roots", "reason"),
+    [
+        pytest.param(foreign_isvc(None), "/models/x", ("/",), "ReferenceNotPermitted", id="no-consent"),
+        pytest.param(
+            foreign_isvc("team-c"), "/models/x", ("/",), "ReferenceNotPermitted", id="others-accepted"
+        ),
+        pytest.param(foreign_isvc("team-c, ns"), "/models/x", ("/",), "InferenceServiceReady", id="accepted"),
+        pytest.param(foreign_isvc("*"), "/models/x", ("/",), "InferenceServiceReady", id="accepts-any"),
+        pytest.param(foreign_isvc("*"), "/sg/../loraadapters/b/m/x", ("/",), "PathNotAllowed", id="dotdot"),
+        pytest.param(foreign_isvc("*"), "/tmp/x", ("/models",), "PathNotAllowed", id="outside-the-roots"),
+        pytest.param(
+            foreign_isvc("*"), "/models/x", ("/models",), "InferenceServiceReady", id="inside-the-roots"
+        ),
+    ],
+)
+def test_consent_and_paths(target: InferenceService, path: str, roots: tuple[str, ...], reason: str) -> None:
+    adapter = sglang(ref_ns="team-b").model_copy(
+        update={"spec": sglang(ref_ns="team-b").spec.model_copy(update={"path": path})}
+    )
+    status = decide_sglang(adapter, target, NOW, roots)
+    available = next(c for c in status.conditions or [] if c.type == "Available")
+    error = next(c for c in status.conditions or [] if c.type == "Error")
+    assert available.reason == reason
+    assert (available.status == "True") is (reason == "InferenceServiceReady")
+    assert error.status == ("False" if reason == "InferenceServiceReady" else "True")

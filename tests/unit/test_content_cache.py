@@ -5,7 +5,7 @@ from __future__ import annotations
 import hashlib
 
 from functions.adapters.storage import ContentCache
-from functions.logic.targets import config_md5
+from functions.logic.facts import config_md5
 
 
 def md5(content: bytes) -> str:

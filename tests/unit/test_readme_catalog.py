@@ -27,18 +27,13 @@ def test_readme_keeps_the_sections_others_fill() -> None:
 
 
 def _reasons() -> set[str]:
-    """Every condition/engine reason the functions can write (constants and engine results)."""
-    from functions.logic import adapter_config, loading, phase
+    """Every condition and engine reason the functions can write (functions/logic/reasons.py)."""
+    from functions.logic import reasons
 
-    names = {value for key, value in vars(phase).items() if key.isupper() and isinstance(value, str)}
-    names |= {
-        value for key, value in vars(loading).items() if key.startswith("R_") and isinstance(value, str)
-    }
-    names |= set(adapter_config.VERDICT_REASONS)
-    engines = (Path(__file__).resolve().parents[2] / "functions" / "adapters" / "engines.py").read_text()
-    names |= set(re.findall(r'CallResult\(\s*False,\s*"([A-Za-z]+)"', engines))
-    names |= set(re.findall(r'^\s+"([A-Z][A-Za-z]+)",$', engines, re.MULTILINE))
-    return names - {phase.READY, phase.AVAILABLE, phase.ERROR, loading.LOADED}
+    names = {value for key, value in vars(reasons).items() if key.isupper() and isinstance(value, str)}
+    conditions = {reasons.READY, reasons.AVAILABLE, reasons.ERROR, reasons.LOADED}
+    events = {value for key, value in vars(reasons).items() if key.startswith("EVENT_")}
+    return names - conditions - events - {"md5set:"}
 
 
 def test_operations_doc_explains_every_reason() -> None:

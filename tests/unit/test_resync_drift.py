@@ -5,6 +5,7 @@ from typing import Any
 import pytest
 
 from functions.logic.drift import Snapshot, drift
+from functions.logic.facts import file_set
 
 MOUNT = "/mnt/sw"
 V1 = "rackai.rackspace.com/v1alpha1"
@@ -13,20 +14,36 @@ ROOT = f"{MOUNT}/loraadapters/ns/m1/a1"
 
 
 def cond(type_: str, status: str = "True", reason: str = "R", gen: int = 1) -> dict[str, Any]:
-    return {"type": type_, "status": status, "reason": reason, "observedGeneration": gen}
+    return {
+        "type": type_,
+        "status": status,
+        "reason": reason,
+        "message": "",
+        "observedGeneration": gen,
+        "lastTransitionTime": "2026-01-01T00:00:00Z",
+    }
+
+
+FILE_SET = file_set({})
+"""The file set of an adapter that declares no MD5s (these fixtures declare none)."""
+SERVED_IN_2 = {"message": "loaded in 2 Ready pod(s): d1 2/2"}
 
 
 def a1(
     ready: bool = True, used: list[str] | None = None, loaded: str | None = "True", **extra: Any
 ) -> dict[str, Any]:
+    """As load leaves it after loading into FULL's two pods (served records, message)."""
     conditions = [cond("Ready", "True" if ready else "False", extra.pop("ready_reason", "IntegrityVerified"))]
     if loaded:
-        conditions.append(cond("Loaded", loaded, extra.pop("loaded_reason", "Loaded")))
+        loaded_condition = cond("Loaded", loaded, extra.pop("loaded_reason", "Loaded"))
+        conditions.append({**loaded_condition, **(SERVED_IN_2 if loaded == "True" else {})})
     status: dict[str, Any] = {
         "observedGeneration": 1,
         "conditions": conditions,
         "usedBy": ["d1"] if used is None else used,
     }
+    if loaded == "True":
+        status["served"] = [{"pod": "p0", "fileSet": FILE_SET}, {"pod": "p1", "fileSet": FILE_SET}]
     status.update(extra.pop("status", {}))
     return {
         "apiVersion": V1,
@@ -44,12 +61,17 @@ def d1(loras: list[str] | None = None) -> dict[str, Any]:
 
 
 def s1(available: bool = True, loaded: str = "True", **meta: Any) -> dict[str, Any]:
+    """As load leaves it after loading into one pod of ns/svc."""
+    loaded_condition = cond("Loaded", loaded, "Loaded" if loaded == "True" else "R")
+    if loaded == "True":
+        loaded_condition["message"] = "loaded in 1 Ready pod(s) of ns/svc"
     return {
         "apiVersion": V2,
         "metadata": {"name": "s1", "namespace": "ns", "generation": 1, **meta},
         "spec": {"inferenceServiceRef": {"name": "svc"}, "name": "x", "path": "/p/x"},
         "status": {
-            "conditions": [cond("Available", "True" if available else "False"), cond("Loaded", loaded)]
+            "conditions": [cond("Available", "True" if available else "False"), loaded_condition],
+            "loadedPath": "/p/x",
         },
     }
 
@@ -62,8 +84,10 @@ MODEL_MISSING = a1(
 
 
 def v2_unavailable(reason: str) -> dict[str, Any]:
+    """Not Available; Loaded says why, as load writes it for an adapter it no longer serves."""
     adapter = s1(available=False, loaded="False")
-    adapter["status"]["conditions"][0]["reason"] = reason
+    for condition in adapter["status"]["conditions"]:
+        condition["reason"] = reason
     return adapter
 
 
@@ -245,6 +269,10 @@ def test_scales_linearly() -> None:
     mds = [d1([f"a{i}" for i in range(3000)])]
     for a in adapters:
         a["status"]["usedBy"] = ["d1"]
+        a["status"]["served"] = [{"pod": f"p{i}", "fileSet": FILE_SET} for i in range(20)]
+        for c in a["status"]["conditions"]:
+            if c["type"] == "Loaded":
+                c["message"] = "loaded in 20 Ready pod(s): d1 20/20"
     listing = {f"a{i}": f"{MOUNT}/loraadapters/ns/m1/a{i}" for i in range(3000)}
     pods = {("ns", "d1"): {f"p{i}": dict(listing) for i in range(20)}}
     assert drift(Snapshot(v1=adapters, deployments=mds, md_pods=pods), MOUNT) == []
@@ -270,6 +298,6 @@ def test_a_full_resync_restats_every_admitted_seed1_adapter() -> None:
     ordinary = [(n.name, n.step) for n in drift(snapshot, MOUNT)]
     full = drift(snapshot, MOUNT, restat="the filer's log starts after the cursor")
     assert ("a1", "stat") not in ordinary
-    assert [(n.name, n.step) for n in full] == sorted({*ordinary, ("a1", "stat")})
+    assert sorted((n.name, n.step) for n in full) == sorted({*ordinary, ("a1", "stat")})
     (restat,) = [n for n in full if n.step == "stat"]
     assert restat.reason == "the filer's log starts after the cursor"

@@ -172,3 +172,45 @@ def test_decide_truncated_keeps_the_total_size() -> None:
     assert status["files"] == [{"path": DIR + "f0", "size": 1024}]
     assert status["size"] == "4Ki"
     assert status["phase"] == "Processing"
+
+
+def verified_with(status: dict[str, Any]) -> LoRAAdapter:
+    body: dict[str, Any] = {
+        "metadata": {"name": "a", "namespace": "ns", "generation": 1},
+        "spec": {"model": "llama", "integrity": {"md5": {DIR + "w.safetensors": M1}}},
+        "status": status,
+    }
+    return LoRAAdapter.model_validate(body)
+
+
+VERIFIED_W = {
+    **BASE,
+    "conditions": [VERIFIED],
+    "fileSet": "md5set:0123456789abcdef",
+    "integrity": {"files": {DIR + "w.safetensors": {"md5": M1, "size": 2048}}},
+}
+
+
+@pytest.mark.parametrize(
+    ("listing", "ready"),
+    [
+        pytest.param([StoredFile(DIR + "w.safetensors", 2048, M1)], "True", id="same-bytes-keep-ready"),
+        pytest.param([StoredFile(DIR + "w.safetensors", 2048, "b" * 32)], "Unknown", id="new-md5"),
+        pytest.param([StoredFile(DIR + "w.safetensors", 4096, None)], "Unknown", id="new-size-no-md5"),
+        pytest.param([], "Unknown", id="declared-file-gone"),
+        pytest.param(
+            [StoredFile(DIR + "w.safetensors", 2048, M1), StoredFile(DIR + "extra.txt", 1, None)],
+            "True",
+            id="an-undeclared-file-changes-nothing",
+        ),
+    ],
+)
+def test_a_changed_declared_file_takes_ready_back_in_the_same_write(
+    listing: list[StoredFile], ready: str
+) -> None:
+    status = decide(verified_with(VERIFIED_W), listing, NOW)
+    found = next(c for c in status.conditions or [] if c.type == "Ready")
+    assert found.status == ready
+    if ready == "Unknown":
+        assert found.reason == "AwaitingVerification" and status.phase != "Ready" and status.ready is False
+    assert status.file_set == "md5set:0123456789abcdef"  # the pods keep serving the verified set

@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 
+from functions.logic.facts import file_set
 from functions.resources.rackai import LoRAAdapter
 from functions.verify import decide, verdict_of
 
@@ -50,6 +51,8 @@ def observed(files: dict[str, dict[str, Any]]) -> dict[str, Any]:
 
 ADMITTED = ready("Unknown", "Admitted", "accepted", T_OLD)
 BOTH = observed({W: {"md5": M1, "size": 10}, C: {"md5": M2, "size": 5}})
+SET_BOTH, SET_W = file_set({W: M1, C: M2}), file_set({W: M1})
+"""What verify records as the verified file set with Ready=True (the pods are loaded from it)."""
 
 
 @pytest.mark.parametrize(
@@ -62,6 +65,7 @@ BOTH = observed({W: {"md5": M1, "size": 10}, C: {"md5": M2, "size": 5}})
             {
                 **BOTH,
                 "conditions": [ready("True", "IntegrityVerified", "All 2 declared file(s) match")],
+                "fileSet": SET_BOTH,
                 "uploadComplete": True,
                 "phase": "Ready",
                 "ready": True,
@@ -122,6 +126,7 @@ BOTH = observed({W: {"md5": M1, "size": 10}, C: {"md5": M2, "size": 5}})
             {
                 **observed({W: {"size": 10}}),
                 "conditions": [ready("True", "IntegrityVerified", "All 1 declared file(s) match")],
+                "fileSet": SET_W,
                 "uploadComplete": True,
                 "phase": "Ready",
                 "ready": True,
@@ -175,6 +180,7 @@ BOTH = observed({W: {"md5": M1, "size": 10}, C: {"md5": M2, "size": 5}})
             {
                 **BOTH,
                 "conditions": [ready("True", "IntegrityVerified", "All 2 declared file(s) match")],
+                "fileSet": SET_BOTH,
                 "uploadComplete": True,
                 "phase": "Ready",
                 "ready": True,
@@ -186,6 +192,7 @@ BOTH = observed({W: {"md5": M1, "size": 10}, C: {"md5": M2, "size": 5}})
             {
                 **BOTH,
                 "conditions": [ready("True", "IntegrityVerified", "All 2 declared file(s) match", T_OLD)],
+                "fileSet": SET_BOTH,
                 "uploadComplete": True,
                 "phase": "Ready",
                 "ready": True,
@@ -195,12 +202,65 @@ BOTH = observed({W: {"md5": M1, "size": 10}, C: {"md5": M2, "size": 5}})
             {
                 **BOTH,
                 "conditions": [ready("True", "IntegrityVerified", "All 2 declared file(s) match", T_OLD)],
+                "fileSet": SET_BOTH,
                 "uploadComplete": True,
                 "phase": "Ready",
                 "ready": True,
                 "usedBy": ["dep"],
             },
             id="duplicate-is-no-op",
+        ),
+        pytest.param(
+            {W: M1, C: M2},
+            {
+                **BOTH,
+                "conditions": [
+                    ready("Unknown", "AwaitingVerification", "storage changed", T_OLD),
+                    {**ready("True", "Loaded", "loaded in 2 Ready pod(s): d 2/2", T_OLD), "type": "Loaded"},
+                ],
+                "fileSet": "md5set:0000000000000000",
+                "served": [{"pod": "d-0", "fileSet": "md5set:0000000000000000"}],
+            },
+            {},
+            {
+                **BOTH,
+                "conditions": [
+                    {
+                        **ready(
+                            "False",
+                            "Updating",
+                            "a newer verified file set is being loaded into the pods that serve this adapter",
+                        ),
+                        "type": "Loaded",
+                    },
+                    ready("True", "IntegrityVerified", "All 2 declared file(s) match"),
+                ],
+                "fileSet": SET_BOTH,
+                "served": [{"pod": "d-0", "fileSet": "md5set:0000000000000000"}],
+                "uploadComplete": True,
+                "phase": "Ready",
+                "ready": True,
+            },
+            id="a-newer-set-takes-loaded-back-in-the-same-write",
+        ),
+        pytest.param(
+            {W: M2, C: M2},
+            {**BOTH, "conditions": [ready("True", "IntegrityVerified", "ok", T_OLD)], "fileSet": SET_BOTH},
+            {},
+            {
+                **BOTH,
+                "conditions": [
+                    ready(
+                        "False",
+                        "IntegrityCheckFailed",
+                        f"MD5 mismatch for 1 file(s): {W} (expected {M2}, observed {M1})",
+                    )
+                ],
+                "uploadComplete": False,
+                "phase": "Failed",
+                "ready": False,
+            },
+            id="a-failed-check-forgets-the-verified-set",
         ),
     ],
 )

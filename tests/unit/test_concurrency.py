@@ -1,5 +1,5 @@
-"""Engines.pipeline: listings on their own pool (never behind loads), both bounded by
-LORAFLOW_LOAD_CONCURRENCY, every task run."""
+"""concurrency.pipeline: listings on their own pool (never behind loads), both bounded by the
+width (LORAFLOW_LOAD_CONCURRENCY in the steps), every task run."""
 
 from __future__ import annotations
 
@@ -9,8 +9,7 @@ from collections.abc import Callable
 
 import pytest
 
-from functions.adapters.engines import Engines
-from functions.settings import Settings
+from functions.adapters.concurrency import bounded_map, pipeline
 
 
 class InFlight:
@@ -30,7 +29,6 @@ class InFlight:
 
 def test_listings_never_wait_behind_loads_and_both_are_bounded() -> None:
     concurrency, pods = 2, 6
-    engines = Engines(Settings(load_concurrency=concurrency))
     listed, all_listed = [], threading.Event()
     listings, loads, done = InFlight(), InFlight(), []
 
@@ -49,13 +47,12 @@ def test_listings_never_wait_behind_loads_and_both_are_bounded() -> None:
             all_listed.set()
         return [lambda pod=pod: load(pod)]
 
-    engines.pipeline(range(pods), observe)
+    pipeline(range(pods), observe, concurrency)
     assert sorted(done) == list(range(pods))
     assert listings.most <= concurrency and loads.most <= concurrency
 
 
 def test_a_failing_task_is_raised_after_the_others_ran() -> None:
-    engines = Engines(Settings(load_concurrency=1))
     ran: list[int] = []
 
     def observe(pod: int) -> list[Callable[[], None]]:
@@ -67,5 +64,17 @@ def test_a_failing_task_is_raised_after_the_others_ran() -> None:
         return [task]
 
     with pytest.raises(RuntimeError, match="exploded"):
-        engines.pipeline(range(3), observe)
+        pipeline(range(3), observe, 1)
     assert sorted(ran) == [0, 1, 2]
+
+
+def test_bounded_map_keeps_input_order_and_its_width() -> None:
+    in_flight = InFlight()
+
+    def call(item: int) -> int:
+        with in_flight:
+            time.sleep(0.001 * (5 - item))
+        return item * item
+
+    assert bounded_map(range(5), call, 2) == [(i, i * i) for i in range(5)]
+    assert in_flight.most <= 2

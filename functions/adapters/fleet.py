@@ -1,0 +1,561 @@
+"""The serving steps' I/O: observe a world, run the planned engine calls, write the statuses.
+
+    observed = observe(deps, request)                 # objects, Ready pods, listings, configs
+    desire = serving.desired(observed.world)
+    result = execute(deps, observed, desire, request)  # listings and calls, pipelined per pod
+    reports = write_statuses(deps, observed, result)   # one guarded write per adapter
+
+What is read for a request (the trigger mappers in load, reload and unload build requests):
+- an adapter by key: it, the ModelDeployments of its namespace (vllm: usedBy) or its
+  InferenceService and every adapter that claims a name there (sglang: ownership);
+- a target by key: it, and every adapter it serves or may hold copies of (vllm: the adapters of
+  its namespace; sglang: every adapter that references it), so that an unload sweep over its
+  pods never mistakes a live adapter's copy for an orphan;
+- the Ready pods (label-selected, in the target's namespace) of every target whose pods an
+  adapter in scope is or could be served by, and each one's engine listing.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Iterable, Mapping, Sequence
+from functools import partial
+from typing import Any, NamedTuple
+
+from functions.adapters.concurrency import Task, bounded_map, pipeline
+from functions.edge.bootstrap import Deps
+from functions.logic import adapter_config, facts, reasons, serving
+from functions.logic.loaded import FAILING, describe_failures, sglang_status, vllm_status
+from functions.logic.pods import LOOPBACK, Endpoint, Runtime, denied_by, endpoint, parse_networks
+from functions.logic.serving import (
+    Action,
+    Adapter,
+    AdapterKey,
+    Desire,
+    ListingFailure,
+    Outcome,
+    Pod,
+    PodReport,
+    Policy,
+    Scope,
+    ServingReport,
+    Target,
+    TargetKey,
+    World,
+)
+from functions.ports import Written
+from functions.resources.kinds import (
+    INFERENCE_SERVICE,
+    INFERENCE_SERVICE_LABEL,
+    MODEL_DEPLOYMENT,
+    MODEL_DEPLOYMENT_LABEL,
+    POD,
+    SGLANG_ADAPTER,
+    VLLM_ADAPTER,
+    Kind,
+)
+
+log = logging.getLogger("loraflow.fleet")
+Obj = dict[str, Any]
+ADAPTER_KINDS: dict[str, Kind] = {"vllm": VLLM_ADAPTER, "sglang": SGLANG_ADAPTER}
+TARGET_KINDS: dict[str, Kind] = {"ModelDeployment": MODEL_DEPLOYMENT, "InferenceService": INFERENCE_SERVICE}
+RUNTIMES: dict[str, Runtime] = {"ModelDeployment": "vllm", "InferenceService": "sglang"}
+LABELS = {"ModelDeployment": MODEL_DEPLOYMENT_LABEL, "InferenceService": INFERENCE_SERVICE_LABEL}
+RANK_UNBOUNDED = 1 << 30
+"""adapter_config.json is checked once for what it is; each target's own maximum rank is the
+planner's to compare."""
+
+
+class Request(NamedTuple):
+    """What a trigger asks the serving reconciler to look at, and what it may do."""
+
+    adapters: frozenset[AdapterKey] = frozenset()
+    targets: frozenset[TargetKey] = frozenset()
+    pods: frozenset[tuple[TargetKey, str]] | None = None
+    """Load only into these pods (reload: the one that restarted); None: every Ready pod."""
+    load: bool = True
+    unload: bool = False
+    listings: bool = True
+    """False for an adapter just verified or admitted: no pod should have it yet, so each load
+    call is made without a listing first ("already loaded" answers the same question one
+    round-trip sooner; such pods are then listed and planned again)."""
+    every_deployment: bool = False
+    """vllm: observe every ModelDeployment of the adapter's namespace, not only those naming it
+    (taking an adapter back takes it back from wherever a copy may be)."""
+
+
+class Observed(NamedTuple):
+    world: World
+    objects: Mapping[AdapterKey, Obj]
+    """Each adapter in the world, as read by this invocation."""
+    endpoints: Mapping[tuple[TargetKey, str], Endpoint]
+    relevant: frozenset[AdapterKey]
+    """The adapters whose status this request may change (written by `write_statuses`)."""
+    scope: Scope
+    targets: Mapping[TargetKey, Obj]
+
+
+class Executed(NamedTuple):
+    before: World
+    after: World
+    desire: Desire
+    outcomes: tuple[Outcome, ...]
+
+
+# -- observe ----------------------------------------------------------------------------------------
+def observe(deps: Deps, request: Request) -> Observed:
+    kube = deps.kube
+    settings = deps.settings
+    objects: dict[AdapterKey, Obj] = {}
+    target_objects: dict[TargetKey, Obj] = {}
+    targets: dict[TargetKey, Target | None] = {}
+
+    def read_target(key: TargetKey) -> None:
+        if key in targets:
+            return
+        obj = kube.get(TARGET_KINDS[key.kind], key.namespace, key.name) if key.name else None
+        targets[key] = _target(obj, settings.max_lora_rank) if obj is not None else None
+        if obj is not None:
+            target_objects[key] = obj
+
+    for key in sorted(request.adapters):
+        obj = kube.get(ADAPTER_KINDS[key.kind], key.namespace, key.name)
+        if obj is not None:
+            objects[key] = obj
+    for target_key in sorted(request.targets):
+        read_target(target_key)
+
+    # vllm: every ModelDeployment of the namespaces involved (usedBy, and who names whom)
+    vllm_namespaces = {k.namespace for k in request.adapters if k.kind == "vllm"} | {
+        t.namespace for t in request.targets if t.kind == "ModelDeployment"
+    }
+    for namespace in sorted(vllm_namespaces):
+        for md in kube.iter(MODEL_DEPLOYMENT, namespace):
+            md_key = TargetKey("ModelDeployment", namespace, facts.name_of(md))
+            targets[md_key] = facts.deployment(md, settings.max_lora_rank)
+            target_objects[md_key] = md
+    for namespace in sorted({t.namespace for t in request.targets if t.kind == "ModelDeployment"}):
+        for obj in kube.iter(VLLM_ADAPTER, namespace):
+            objects.setdefault(AdapterKey("vllm", namespace, facts.name_of(obj)), obj)
+
+    # sglang: the InferenceServices involved and every adapter that claims a name on them
+    services = {t for t in request.targets if t.kind == "InferenceService"} | {
+        facts.isvc_ref(obj) for key, obj in objects.items() if key.kind == "sglang"
+    }
+    for service in sorted(services):
+        read_target(service)
+    if services:
+        for obj in kube.iter(SGLANG_ADAPTER):
+            if facts.isvc_ref(obj) in services:
+                objects.setdefault(AdapterKey("sglang", facts.namespace_of(obj), facts.name_of(obj)), obj)
+
+    endpoints = _endpoints(deps, [t for t in request.targets if targets.get(t) is not None])
+    relevant = _relevant(request, objects, targets, {(t, pod) for t, pod in endpoints})
+    watched = _watched_targets(request, relevant, objects, targets)
+    endpoints |= _endpoints(deps, [t for t in sorted(watched) if t not in request.targets])
+    adapters = _adapters(deps, objects, targets)
+    pods = {
+        target: tuple(Pod(target, ep.pod) for (t, _), ep in sorted(endpoints.items()) if t == target)
+        for target in sorted(watched)
+        if targets.get(target) is not None
+    }
+    policy = Policy(mount_root=settings.mount_root, sglang_roots=settings.sglang_root_paths())
+    world = World(adapters=adapters, targets=targets, pods=pods, policy=policy)
+    if request.listings:
+        world = _with_listings(deps, world, endpoints)
+    scope = serving.Scope(
+        adapters=None if request.targets else frozenset(request.adapters),
+        pods=request.pods,
+        load=request.load,
+        unload=request.unload,
+    )
+    return Observed(world, objects, endpoints, relevant, scope, target_objects)
+
+
+def _target(obj: Obj, default_rank: int) -> Target:
+    if obj.get("kind") == "InferenceService":
+        return facts.inference_service(obj)
+    return facts.deployment(obj, default_rank)
+
+
+def _relevant(
+    request: Request,
+    objects: Mapping[AdapterKey, Obj],
+    targets: Mapping[TargetKey, Target | None],
+    pods: set[tuple[TargetKey, str]],
+) -> frozenset[AdapterKey]:
+    """Adapters whose status a request may change: the ones asked for, and for a target those it
+    names, those it held (usedBy, a served record on one of its pods) and, for an
+    InferenceService, every claimant."""
+    keys = set(request.adapters)
+    for target_key in request.targets:
+        target = targets.get(target_key)
+        if target_key.kind == "ModelDeployment":
+            named = set(target.adapters) if target is not None else set()
+            mine = {pod for t, pod in pods if t == target_key}
+            for key, obj in objects.items():
+                if key.kind != "vllm" or key.namespace != target_key.namespace:
+                    continue
+                used = facts.status(obj).get("usedBy") or []
+                served = {
+                    str(s.get("pod")) for s in facts.status(obj).get("served") or [] if isinstance(s, dict)
+                }
+                if key.name in named or target_key.name in used or served & mine:
+                    keys.add(key)
+        else:
+            keys |= {
+                k for k, obj in objects.items() if k.kind == "sglang" and facts.isvc_ref(obj) == target_key
+            }
+    return frozenset(k for k in keys if k in objects)
+
+
+def _watched_targets(
+    request: Request,
+    relevant: frozenset[AdapterKey],
+    objects: Mapping[AdapterKey, Obj],
+    targets: Mapping[TargetKey, Target | None],
+) -> set[TargetKey]:
+    """Targets whose Ready pods are observed: the requested ones, and every target of a relevant
+    adapter (its status counts them all)."""
+    watched = set(request.targets)
+    namespaces_everywhere = (
+        {k.namespace for k in request.adapters if k.kind == "vllm"} if request.every_deployment else set()
+    )
+    for key, target in targets.items():
+        if target is None or key.kind != "ModelDeployment":
+            continue
+        if key.namespace in namespaces_everywhere or any(
+            AdapterKey("vllm", key.namespace, name) in relevant for name in target.adapters
+        ):
+            watched.add(key)
+    watched |= {facts.isvc_ref(objects[k]) for k in relevant if k.kind == "sglang"}
+    watched |= {facts.isvc_ref(objects[k]) for k in request.adapters if k.kind == "sglang" and k in objects}
+    return {t for t in watched if targets.get(t) is not None}
+
+
+def endpoint_of(deps: Deps, pod: Obj, target: TargetKey) -> Endpoint | None:
+    """The engine of one of `target`'s pods, unless its address is one we never call."""
+    settings = deps.settings
+    networks = parse_networks(settings.engine_deny) + (
+        LOOPBACK if settings.loopback_engines == "deny" else ()
+    )
+    server = deps.kube.server
+    denied = denied_by(networks, [server] if server else [])
+    ep = endpoint(pod, RUNTIMES[target.kind], denied)
+    return ep if ep is not None and ep.namespace == target.namespace else None
+
+
+def _endpoints(deps: Deps, watched: Iterable[TargetKey]) -> dict[tuple[TargetKey, str], Endpoint]:
+    found: dict[tuple[TargetKey, str], Endpoint] = {}
+    for key in sorted(watched):
+        selector = f"{LABELS[key.kind]}={key.name}"
+        for pod in deps.kube.iter(POD, key.namespace, selector):
+            ep = endpoint_of(deps, pod, key)
+            if ep is not None:
+                found[(key, ep.pod)] = ep
+    return found
+
+
+def _adapters(
+    deps: Deps, objects: Mapping[AdapterKey, Obj], targets: Mapping[TargetKey, Target | None]
+) -> dict[AdapterKey, Adapter]:
+    mount = deps.settings.mount_root
+    adapters: dict[AdapterKey, Adapter] = {}
+    needs_config: list[AdapterKey] = []
+    named = {
+        (key.namespace, name)
+        for key, target in targets.items()
+        if target is not None and key.kind == "ModelDeployment"
+        for name in target.adapters
+    }
+    for key, obj in objects.items():
+        if key.kind == "sglang":
+            adapters[key] = facts.sglang_adapter(obj)
+            continue
+        adapters[key] = facts.vllm_adapter(obj, mount)
+        if adapters[key].serve != "drop" and (key.namespace, key.name) in named:
+            needs_config.append(key)
+
+    def read(key: AdapterKey) -> adapter_config.ConfigVerdict:
+        from functions.adapters.storage import ContentTooLarge
+
+        obj = objects[key]
+        path = facts.config_path(obj)
+        try:
+            raw = deps.configs.get(path, facts.config_md5(obj)) if path else None
+        except ContentTooLarge as err:
+            message = (
+                f"{adapter_config.CONFIG_FILE} is larger than {adapter_config.CONFIG_MAX_BYTES} bytes: {err}"
+            )
+            return adapter_config.ConfigVerdict(False, adapter_config.TOO_LARGE, message)
+        return adapter_config.check(raw, RANK_UNBOUNDED)
+
+    for key, verdict in bounded_map(needs_config, read, deps.settings.load_concurrency):
+        adapters[key] = adapters[key]._replace(config=verdict)
+    return adapters
+
+
+def _with_listings(deps: Deps, world: World, endpoints: Mapping[tuple[TargetKey, str], Endpoint]) -> World:
+    wanted = [where for where in sorted(endpoints) if where[0] in world.pods]
+    listed = dict(
+        bounded_map(
+            wanted, lambda where: deps.engines.listing(endpoints[where]), deps.settings.load_concurrency
+        )
+    )
+    pods = {
+        t: tuple(p._replace(listing=listed.get((t, p.name))) for p in group)
+        for t, group in world.pods.items()
+    }
+    return world._replace(pods=pods)
+
+
+# -- execute ----------------------------------------------------------------------------------------
+def execute(deps: Deps, observed: Observed, desire: Desire | None = None) -> Executed:
+    """List (when not yet listed) and call, pipelined per pod; a failing pod never blocks another.
+
+    Pods that answered "already loaded" to a load made without a listing are listed and planned
+    again. Afterwards, adapters that got a copy are read again: one being deleted meanwhile gets
+    its copies taken back (its unload sweep may have run before our loads landed).
+    """
+    world = observed.world
+    desire = desire or serving.desired(world)
+    outcomes: list[Outcome] = []
+    listed: dict[tuple[TargetKey, str], Any] = {}
+    lock = threading.Lock()
+    width = deps.settings.load_concurrency
+
+    def run(action: Action) -> None:
+        outcome = call(deps, observed.endpoints[(action.target, action.pod)], action)
+        with lock:
+            outcomes.append(outcome)
+
+    def per_pod(pod: Pod, fetch: bool) -> list[Task]:
+        if fetch:
+            listing = deps.engines.listing(observed.endpoints[(pod.target, pod.name)])
+            with lock:
+                listed[(pod.target, pod.name)] = listing
+            pod = pod._replace(listing=listing)
+        return [partial(run, a) for a in serving.plan_pod(world, desire, pod, observed.scope)]
+
+    pods = [pod for target in sorted(world.pods) for pod in world.pods[target]]
+    pipeline(pods, lambda pod: per_pod(pod, fetch=False), width)
+    # "already loaded" to a load made without a listing: the pod holds the name. Our status says
+    # whether we put that file set there; if it does not, the pod is listed and planned again.
+    confirmed: dict[tuple[TargetKey, str], dict[str, str]] = {}
+    blind: set[tuple[TargetKey, str]] = set()
+    for o in outcomes:
+        if o.reason != reasons.POD_ALREADY_LOADED:
+            continue
+        where = (o.action.target, o.action.pod)
+        adapter = world.adapters.get(o.action.adapter)
+        if adapter is not None and adapter.served.get(o.action.pod) == o.action.file_set:
+            confirmed.setdefault(where, {})[o.action.lora_name] = o.action.lora_path
+        else:
+            blind.add(where)
+    if blind:
+        again = [pod for pod in pods if (pod.target, pod.name) in blind and pod.listing is None]
+        pipeline(again, lambda pod: per_pod(pod, fetch=True), width)
+    world = _set_listings(world, {**confirmed, **listed})
+    outcomes += undo_if_deleted(deps, observed, outcomes)
+    after = serving.apply(world, outcomes)
+    return Executed(world, after, desire, tuple(outcomes))
+
+
+def _set_listings(world: World, listed: Mapping[tuple[TargetKey, str], Any]) -> World:
+    pods = {
+        t: tuple(p._replace(listing=listed[(t, p.name)]) if (t, p.name) in listed else p for p in group)
+        for t, group in world.pods.items()
+    }
+    return world._replace(pods=pods)
+
+
+def call(deps: Deps, ep: Endpoint, action: Action) -> Outcome:
+    if action.op == "load":
+        result = deps.engines.load(ep, action.lora_name, action.lora_path)
+    elif action.op == "replace":
+        result = deps.engines.replace(ep, action.lora_name, action.lora_path)
+    else:
+        result = deps.engines.unload(ep, action.lora_name)
+    return Outcome(action, result.ok, result.reason, result.message, result.retryable)
+
+
+def undo_if_deleted(deps: Deps, observed: Observed, outcomes: Sequence[Outcome]) -> list[Outcome]:
+    """Take back what this invocation loaded for an adapter being deleted (or gone) meanwhile.
+
+    unload sweeps every pod once the deletionTimestamp is set, then drops the finalizer; a load
+    already in flight can land after that sweep and outlive the adapter. Reading the adapter
+    again after our own loads closes the window ("not found" on unload counts as done).
+    """
+    loaded = [
+        o for o in outcomes if o.ok and o.action.op != "unload" and o.reason != reasons.POD_ALREADY_LOADED
+    ]
+    keys = {o.action.adapter for o in loaded}
+    if not keys:
+        return []
+    alive = still_alive(deps, keys)
+    undo = [
+        o.action._replace(op="unload", lora_path="", file_set="")
+        for o in loaded
+        if o.action.adapter not in alive
+    ]
+    done = bounded_map(
+        undo, lambda a: call(deps, observed.endpoints[(a.target, a.pod)], a), deps.settings.load_concurrency
+    )
+    return [outcome for _, outcome in done]
+
+
+def still_alive(deps: Deps, keys: Iterable[AdapterKey]) -> set[AdapterKey]:
+    """Which adapters exist and are not being deleted, read now: one GET for a single adapter,
+    one list per kind and namespace for several (a restart reloads 50 at once)."""
+    groups: dict[tuple[str, str], set[str]] = {}
+    for key in keys:
+        groups.setdefault((key.kind, key.namespace), set()).add(key.name)
+    alive: set[AdapterKey] = set()
+    for (kind, namespace), names in groups.items():
+        if len(names) == 1:
+            (name,) = names
+            found = deps.kube.get(ADAPTER_KINDS[kind], namespace, name)
+            objs = [found] if found is not None else []
+        else:
+            objs = [o for o in deps.kube.iter(ADAPTER_KINDS[kind], namespace) if facts.name_of(o) in names]
+        alive |= {AdapterKey(kind, namespace, facts.name_of(o)) for o in objs if not facts.deleting(o)}  # type: ignore[arg-type]
+    return alive
+
+
+# -- write ------------------------------------------------------------------------------------------
+def reports(
+    observed: Observed, executed: Executed, keys: Iterable[AdapterKey] | None = None
+) -> dict[AdapterKey, ServingReport]:
+    chosen = observed.relevant if keys is None else keys
+    return {
+        key: serving.serving_report(executed.after, executed.desire, key, executed.outcomes)
+        for key in sorted(chosen)
+        if key in executed.after.adapters
+    }
+
+
+class Reported(NamedTuple):
+    report: ServingReport
+    written: Written | None
+    """None: the adapter is gone, being deleted, or changed under us."""
+
+
+def write_statuses(deps: Deps, observed: Observed, executed: Executed) -> dict[AdapterKey, Reported]:
+    """One guarded status write per relevant live adapter (none when nothing changes), computed
+    from the world after the calls. A write whose adapter changed under us in a way the plan did
+    not see (another file set, path or verdict) is skipped: the event of that change runs again."""
+    chosen = reports(observed, executed)
+    now = deps.clock()
+    used_by = {
+        key: [t.name for t in executed.desire.targets_of.get(key, ())] for key in chosen if key.kind == "vllm"
+    }
+
+    def write(key: AdapterKey) -> Written | None:
+        planned = executed.before.adapters[key]
+        if planned.deleting:
+            return None
+        report = chosen[key]
+
+        def desired(current: Obj) -> Obj | None:
+            fresh = (
+                facts.vllm_adapter(current, deps.settings.mount_root)
+                if key.kind == "vllm"
+                else facts.sglang_adapter(current)
+            )
+            if _identity(fresh) != _identity(planned):
+                return None
+            generation = facts.meta(current).get("generation")
+            status = dict(facts.status(current))
+            if key.kind == "vllm":
+                serving_report = report if planned.serve == "serve" else None
+                return vllm_status(status, serving_report, used_by[key], planned.serve, generation, now)
+            served = planned.serve == "serve"
+            return sglang_status(
+                status, report, planned.lora_path, generation, now, serving.redacted(planned), served
+            )
+
+        return deps.kube.write_status(
+            ADAPTER_KINDS[key.kind], key.namespace, key.name, desired, current=observed.objects[key]
+        )
+
+    written = dict(bounded_map(sorted(chosen), write, deps.settings.load_concurrency))
+    return {key: Reported(chosen[key], written.get(key)) for key in chosen}
+
+
+class Result(NamedTuple):
+    observed: Observed
+    executed: Executed
+    reports: Mapping[AdapterKey, Reported]
+
+    def failing(
+        self, pods: frozenset[tuple[TargetKey, str]] | None = None
+    ) -> list[tuple[AdapterKey, TargetKey, PodReport]]:
+        """Failing pods of every reported adapter (only `pods`, when given)."""
+        return [
+            (key, target.target, pod)
+            for key, reported in sorted(self.reports.items())
+            for target in reported.report.targets
+            for pod in target.pods
+            if pod.state in FAILING and (pods is None or (target.target, pod.pod) in pods)
+        ]
+
+
+def describe(failing: Sequence[tuple[AdapterKey, TargetKey, PodReport]]) -> str:
+    """`N pod(s) failed: pod (Reason: message); ...` for a retry's answer (operators read it)."""
+    shown = [f"{key}: {pod.pod} ({pod.reason}: {pod.message})" for key, _, pod in failing[:10]]
+    more = f" and {len(failing) - 10} more" if len(failing) > 10 else ""
+    return f"{len(failing)} pod(s) failed: " + "; ".join(shown) + more
+
+
+def run(deps: Deps, request: Request, component: str) -> Result:
+    """observe -> plan -> execute -> write, and a Warning Event for each adapter whose status
+    moved into a failure (not on every retry of the same one)."""
+    observed = observe(deps, request)
+    executed = execute(deps, observed)
+    reported = write_statuses(deps, observed, executed)
+    result = Result(observed, executed, reported)
+    now = deps.clock()
+    for key, item in reported.items():
+        written = item.written
+        if written is None or not written.changed:
+            continue
+        loaded = facts.condition(written.obj, reasons.LOADED)
+        if loaded is None or loaded.get("status") == "True" or loaded.get("reason") not in WARNED:
+            continue
+        message = describe_failures(item.report.targets, serving.redacted(executed.before.adapters[key]))
+        deps.kube.record_event(written.obj, "Warning", reasons.EVENT_LOAD_FAILED, message, component, now)
+    warn_targets(deps, observed, executed, component)
+    return result
+
+
+WARNED = frozenset({reasons.LOAD_FAILED, reasons.NAME_CONFLICT})
+
+
+def warn_targets(deps: Deps, observed: Observed, executed: Executed, component: str) -> None:
+    """A pod whose engine answered garbage is its target owner's to look at: an Event there,
+    in the target's namespace, with what the engine said."""
+    now = deps.clock()
+    for target, group in sorted(executed.after.pods.items()):
+        bad = [p for p in group if isinstance(p.listing, ListingFailure) and not p.listing.retryable]
+        obj = observed.targets.get(target)
+        if not bad or obj is None:
+            continue
+        detail = "; ".join(
+            f"{p.name}: {p.listing.message}" for p in bad[:10] if isinstance(p.listing, ListingFailure)
+        )
+        message = (
+            f"{len(bad)} Ready pod(s) answer GET /v1/models with something that is not a listing: {detail}"
+        )
+        deps.kube.record_event(obj, "Warning", reasons.ENGINE_ANSWER_INVALID, message, component, now)
+
+
+def _identity(adapter: Adapter) -> tuple[Any, ...]:
+    return (
+        adapter.serve,
+        adapter.file_set,
+        adapter.lora_name,
+        adapter.lora_path,
+        adapter.target,
+        adapter.deleting,
+    )

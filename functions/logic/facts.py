@@ -1,0 +1,242 @@
+"""From Kubernetes objects to what the serving planner reasons about (pure).
+
+The observe step reads objects; these functions turn each into the planner's value, once, so
+that the planner never looks into an object itself. A file set is the identity of an adapter's
+content: for vllm the digest of the MD5s verify accepted, for sglang its `spec.path` (what is
+inside the pods is out of our sight).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import posixpath
+from collections.abc import Mapping
+from typing import Any
+
+from functions.errors import Reject
+from functions.logic import reasons
+from functions.logic.adapter_config import CONFIG_FILE, ConfigVerdict
+from functions.logic.paths import STORAGE_ROOT, adapter_dir, engine_path, is_label, is_subdomain, is_under
+from functions.logic.serving import Adapter, AdapterKey, Serve, Target, TargetKey
+
+Obj = Mapping[str, Any]
+MAX_RANK_ANNOTATION = "loraflow.io/max-lora-rank"
+ACCEPT_ANNOTATION = "loraflow.io/accept-adapters-from"
+"""On an InferenceService: the other namespaces whose sglang adapters it serves (comma or space
+separated; `*` for any). Without it only adapters of its own namespace are served."""
+FILE_SET_PREFIX = "md5set:"
+
+
+def meta(obj: Obj) -> Mapping[str, Any]:
+    value = obj.get("metadata")
+    return value if isinstance(value, Mapping) else {}
+
+
+def spec(obj: Obj) -> Mapping[str, Any]:
+    value = obj.get("spec")
+    return value if isinstance(value, Mapping) else {}
+
+
+def status(obj: Obj) -> Mapping[str, Any]:
+    value = obj.get("status")
+    return value if isinstance(value, Mapping) else {}
+
+
+def name_of(obj: Obj) -> str:
+    return str(meta(obj).get("name") or "")
+
+
+def namespace_of(obj: Obj) -> str:
+    return str(meta(obj).get("namespace") or "")
+
+
+def deleting(obj: Obj) -> bool:
+    return bool(meta(obj).get("deletionTimestamp"))
+
+
+def condition(obj: Obj, type_: str) -> Mapping[str, Any] | None:
+    for item in status(obj).get("conditions") or []:
+        if isinstance(item, Mapping) and item.get("type") == type_:
+            return item
+    return None
+
+
+def condition_true(obj: Obj, type_: str) -> bool:
+    found = condition(obj, type_)
+    return found is not None and found.get("status") == "True"
+
+
+def declared_md5s(obj: Obj) -> dict[str, str]:
+    integrity = spec(obj).get("integrity")
+    md5 = integrity.get("md5") if isinstance(integrity, Mapping) else None
+    return {str(k): str(v) for k, v in md5.items()} if isinstance(md5, Mapping) else {}
+
+
+def file_set(md5s: Mapping[str, str]) -> str:
+    """The identity of a verified vllm file set: a digest of its declared path -> MD5 pairs."""
+    lines = "".join(f"{path}\t{md5.strip().lower()}\n" for path, md5 in sorted(md5s.items()))
+    return FILE_SET_PREFIX + hashlib.sha256(lines.encode()).hexdigest()[:16]
+
+
+def storage_dir(obj: Obj) -> str | None:
+    """status.storageRef.path (set by admit), else the vllm layout; None for names that cannot be a path."""
+    ref = status(obj).get("storageRef")
+    path = ref.get("path") if isinstance(ref, Mapping) else None
+    if isinstance(path, str) and is_under(path, STORAGE_ROOT):
+        return path
+    model = str(spec(obj).get("model") or "")
+    namespace, name = namespace_of(obj), name_of(obj)
+    if not (is_label(namespace) and is_subdomain(model) and is_subdomain(name)):
+        return None
+    return adapter_dir(namespace, model, name)
+
+
+def config_path(obj: Obj) -> str | None:
+    """Where a vllm adapter's adapter_config.json is in storage."""
+    directory = storage_dir(obj)
+    return posixpath.join(directory, CONFIG_FILE) if directory else None
+
+
+def config_md5(obj: Obj) -> str | None:
+    """The MD5 stat observed for the adapter's config (status.integrity.files), if any."""
+    path = config_path(obj)
+    integrity = status(obj).get("integrity")
+    files = integrity.get("files") if isinstance(integrity, Mapping) else None
+    observed = files.get(path) if isinstance(files, Mapping) and path else None
+    md5 = observed.get("md5") if isinstance(observed, Mapping) else None
+    return md5 if isinstance(md5, str) and md5 else None
+
+
+def vllm_serve(obj: Obj) -> tuple[Serve, str]:
+    """(serve|hold|drop, file set) of a vllm adapter.
+
+    serve: Ready=True for exactly the MD5s the spec declares now. hold: a verified file set exists
+    and verify has not ruled on a change yet (spec.integrity or storage changed): keep serving it,
+    load it nowhere new. drop: never verified, failed, or being deleted.
+    """
+    if deleting(obj):
+        return "drop", ""
+    declared = file_set(declared_md5s(obj))
+    verified = status(obj).get("fileSet")
+    ready = condition(obj, reasons.READY)
+    if ready is not None and ready.get("status") == "True":
+        if verified == declared or not verified:
+            # no file set recorded: a status verify wrote before it recorded them; it records one
+            # the next time it rules
+            return "serve", declared
+        return "hold", str(verified)
+    if ready is not None and ready.get("status") == "Unknown" and isinstance(verified, str) and verified:
+        return "hold", verified
+    return "drop", ""
+
+
+def vllm_adapter(obj: Obj, mount_root: str, config: ConfigVerdict | None = None) -> Adapter:
+    directory = storage_dir(obj)
+    serve, fs = vllm_serve(obj)
+    try:
+        lora_path = engine_path(mount_root, directory) if directory else ""
+    except Reject:  # a storage path that escapes the mount: never a path an engine reads
+        lora_path = ""
+    if not lora_path:
+        serve = "drop"
+    served = {
+        str(item.get("pod")): str(item.get("fileSet"))
+        for item in status(obj).get("served") or []
+        if isinstance(item, Mapping) and item.get("pod") and item.get("fileSet")
+    }
+    m = meta(obj)
+    return Adapter(
+        key=AdapterKey("vllm", namespace_of(obj), name_of(obj)),
+        uid=str(m.get("uid") or ""),
+        created=str(m.get("creationTimestamp") or ""),
+        lora_name=name_of(obj),
+        lora_path=lora_path,
+        file_set=fs,
+        serve=serve,
+        deleting=deleting(obj),
+        model=str(spec(obj).get("model") or ""),
+        served=served,
+        config=config,
+    )
+
+
+def isvc_ref(obj: Obj) -> TargetKey:
+    """An sglang adapter's InferenceService; the namespace defaults to the adapter's own."""
+    ref = spec(obj).get("inferenceServiceRef")
+    ref = ref if isinstance(ref, Mapping) else {}
+    return TargetKey(
+        "InferenceService", str(ref.get("namespace") or namespace_of(obj)), str(ref.get("name") or "")
+    )
+
+
+def sglang_adapter(obj: Obj) -> Adapter:
+    m = meta(obj)
+    available = condition_true(obj, reasons.AVAILABLE) and not deleting(obj)
+    path = str(spec(obj).get("path") or "")
+    verdict = condition(obj, reasons.AVAILABLE) or {}
+    not_served = (
+        str(verdict.get("reason") or reasons.ADAPTER_NOT_READY),
+        str(verdict.get("message") or "the adapter is not Available"),
+    )
+    return Adapter(
+        key=AdapterKey("sglang", namespace_of(obj), name_of(obj)),
+        uid=str(m.get("uid") or ""),
+        created=str(m.get("creationTimestamp") or ""),
+        lora_name=str(spec(obj).get("name") or ""),
+        lora_path=path,
+        file_set=path,
+        serve="serve" if available else "drop",
+        not_served=not_served,
+        deleting=deleting(obj),
+        target=isvc_ref(obj),
+        loaded_path=str(status(obj).get("loadedPath") or ""),
+    )
+
+
+def max_rank(obj: Obj, default: int) -> int:
+    """The target's `loraflow.io/max-lora-rank` annotation when it is a positive integer."""
+    annotations = meta(obj).get("annotations")
+    value = annotations.get(MAX_RANK_ANNOTATION) if isinstance(annotations, Mapping) else None
+    try:
+        parsed = int(str(value).strip())
+    except ValueError:
+        return default
+    return parsed if parsed > 0 else default
+
+
+def deployment(obj: Obj, default_rank: int) -> Target:
+    named = spec(obj).get("loraAdapters")
+    return Target(
+        key=TargetKey("ModelDeployment", namespace_of(obj), name_of(obj)),
+        serves=not deleting(obj),
+        model=str(spec(obj).get("model") or ""),
+        adapters=tuple(str(n) for n in named if isinstance(n, str)) if isinstance(named, list) else (),
+        max_rank=max_rank(obj, default_rank),
+    )
+
+
+def accepted_namespaces(obj: Obj) -> frozenset[str]:
+    return accepted_from(meta(obj).get("annotations"))
+
+
+def accepted_from(annotations: object) -> frozenset[str]:
+    """The namespaces an InferenceService's `loraflow.io/accept-adapters-from` names."""
+    value = annotations.get(ACCEPT_ANNOTATION) if isinstance(annotations, Mapping) else None
+    if not isinstance(value, str):
+        return frozenset()
+    names = {part.strip() for part in value.replace(",", " ").split()}
+    return frozenset(n for n in names if n == "*" or is_label(n))
+
+
+def inference_service(obj: Obj) -> Target:
+    key = TargetKey("InferenceService", namespace_of(obj), name_of(obj))
+    runtime = spec(obj).get("runtime")
+    problem: tuple[str, str] | None = None
+    if runtime != "sglang":
+        problem = (
+            reasons.RUNTIME_MISMATCH,
+            f"InferenceService {key} runs {runtime!r}, this adapter kind needs sglang",
+        )
+    elif deleting(obj):
+        problem = (reasons.INFERENCE_SERVICE_NOT_FOUND, f"InferenceService {key} is being deleted")
+    return Target(key=key, serves=problem is None, problem=problem, accepts=accepted_namespaces(obj))

@@ -1,0 +1,211 @@
+"""The serving part of an adapter's status, from a ServingReport (pure).
+
+vllm owns `usedBy`, `served` and the Loaded condition; sglang owns Loaded, Error, `loadedPath`
+and `lastLoadedAt`. Loaded is True only when every Ready pod of every target that should serve
+the adapter serves it from the current file set, and never with zero pods.
+
+An sglang adapter may live in another namespace than its InferenceService: its status then
+never names that namespace's pods, paths or engine answers, only counts and reasons.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from datetime import datetime
+from typing import Any, NamedTuple
+
+from functions.logic import conditions, reasons
+from functions.logic.serving import PodReport, Serve, ServingReport, TargetReport
+from functions.resources.meta import Condition, ConditionStatus
+
+Obj = dict[str, Any]
+MAX_NAMED = 10
+FAILING = ("failed", "unreachable", "occupied")
+
+
+class LoadedState(NamedTuple):
+    status: ConditionStatus
+    reason: str
+    message: str
+    error_reason: str = reasons.NO_ERROR
+    """sglang's Error condition: NoError, or the reason of the first failure."""
+
+
+def loaded_in(pods: int) -> str:
+    """How a True Loaded condition's message starts (both kinds)."""
+    return f"loaded in {pods} Ready pod(s)"
+
+
+def _named(items: Sequence[str]) -> str:
+    more = f" and {len(items) - MAX_NAMED} more" if len(items) > MAX_NAMED else ""
+    return ", ".join(items[:MAX_NAMED]) + more
+
+
+def _count(target: TargetReport) -> str:
+    good = sum(1 for p in target.pods if p.state == "serving")
+    return f"{target.target.name} {good}/{len(target.pods)}"
+
+
+def _pod_line(pod: PodReport, redact: bool) -> str:
+    if redact:
+        return pod.reason
+    return f"{pod.pod} ({pod.reason}: {pod.message})" if pod.message else pod.pod
+
+
+def describe_failures(reports: Sequence[TargetReport], redact: bool = False) -> str:
+    failing = [p for t in reports for p in t.pods if p.state in FAILING]
+    if redact:
+        total = sum(len(t.pods) for t in reports)
+        kinds = sorted({p.reason for p in failing})
+        return f"{len(failing)} of {total} pod(s) failed ({', '.join(kinds)})"
+    return (
+        f"{len(failing)} pod(s) failed: "
+        + "; ".join(_pod_line(p, False) for p in failing[:MAX_NAMED])
+        + (f" and {len(failing) - MAX_NAMED} more" if len(failing) > MAX_NAMED else "")
+    )
+
+
+def summarize(report: ServingReport, redact: bool = False) -> LoadedState:
+    """(status, reason, message) of Loaded over the targets that name the adapter."""
+    targets = report.targets
+    if not targets:
+        return LoadedState(
+            "False", reasons.NOT_REFERENCED, "no ModelDeployment lists this adapter in spec.loraAdapters"
+        )
+    attempted = [t for t in targets if t.verdict is None]
+    refused = [t for t in targets if t.verdict is not None]
+    mismatched = [t for t in refused if t.verdict and t.verdict[0] == reasons.MODEL_MISMATCH]
+    notes = "".join(f"; {t.target.name}: {t.verdict[1]}" for t in mismatched if t.verdict)
+    pods = [p for t in attempted for p in t.pods]
+    failing = [p for p in pods if p.state in FAILING]
+    counts = ", ".join(_count(t) for t in attempted)
+    where = "" if redact else f": {counts}"
+    if failing:
+        message = describe_failures(attempted, redact) + ("" if redact else notes)
+        if all(p.state == "occupied" for p in failing):
+            return LoadedState("False", reasons.NAME_CONFLICT, message, reasons.NAME_CONFLICT)
+        return LoadedState("False", reasons.LOAD_FAILED, message, failing[0].reason)
+    stale = [p.pod for p in pods if p.state == "stale"]
+    if stale:
+        shown = f"{len(stale)} pod(s)" if redact else _named(stale)
+        return LoadedState(
+            "False",
+            reasons.UPDATING,
+            f"updating to the current file set{where}; an older one is still served by {shown}",
+        )
+    waiting = [p.pod for p in pods if p.state == "absent"]
+    if waiting:
+        shown = f"{len(waiting)} pod(s)" if redact else _named(waiting)
+        return LoadedState("False", reasons.LOADING, f"loading{where}; waiting for {shown}")
+    other = [t for t in refused if t not in mismatched]
+    if other:
+        first = other[0]
+        assert first.verdict is not None
+        reason, message = first.verdict
+        return LoadedState("False", reason, f"not loaded into {first.target}: {message}", reason)
+    if not attempted:
+        return LoadedState(
+            "False",
+            reasons.MODEL_MISMATCH,
+            "; ".join(f"{t.target.name}: {t.verdict[1]}" for t in mismatched if t.verdict),
+        )
+    if not pods:
+        return LoadedState(
+            "False",
+            reasons.NO_READY_REPLICAS,
+            f"no Ready pod in {', '.join(str(t.target) for t in attempted)}",
+        )
+    if redact:
+        return LoadedState("True", reasons.LOADED_REASON, f"{loaded_in(len(pods))} of {attempted[0].target}")
+    if report.adapter.kind == "sglang":
+        return LoadedState("True", reasons.LOADED_REASON, f"{loaded_in(len(pods))} of {attempted[0].target}")
+    return LoadedState("True", reasons.LOADED_REASON, f"{loaded_in(len(pods))}{where}{notes}")
+
+
+def _conditions(status: Mapping[str, Any]) -> list[Condition]:
+    return [Condition.model_validate(c) for c in status.get("conditions") or []]
+
+
+def _wire(items: Sequence[Condition]) -> list[Obj]:
+    return [c.to_wire() for c in items]
+
+
+def vllm_status(
+    current: Mapping[str, Any],
+    report: ServingReport | None,
+    used_by: Sequence[str],
+    serve: Serve,
+    generation: int | None,
+    now: datetime,
+) -> Obj:
+    """The whole desired status with the serving fields set (`report` None: not Ready, usedBy only
+    and Loaded=False AdapterNotReady when a Loaded condition was written before)."""
+    status = dict(current)
+    status["usedBy"] = sorted(used_by)
+    if not status["usedBy"]:
+        status.pop("usedBy")
+    items = _conditions(current)
+    if serve == "hold":
+        return status  # verify is ruling on a change: what pods serve is the last verified set
+    if report is None:
+        status.pop("served", None)
+        if conditions.find(items, reasons.LOADED) is None:
+            return status
+        state = LoadedState("False", reasons.ADAPTER_NOT_READY, "adapter is not Ready")
+    else:
+        state = summarize(report)
+        served = [{"pod": pod, "fileSet": fs} for pod, fs in sorted(report.served.items())]
+        if served:
+            status["served"] = served
+        else:
+            status.pop("served", None)
+    items = conditions.set_condition(
+        items, reasons.LOADED, state.status, state.reason, state.message, generation, now
+    )
+    status["conditions"] = _wire(items)
+    return status
+
+
+def sglang_status(
+    current: Mapping[str, Any],
+    report: ServingReport,
+    path: str,
+    generation: int | None,
+    now: datetime,
+    redact: bool,
+    served: bool = True,
+) -> Obj:
+    """Loaded, Error, loadedPath (once every pod that has it serves `path`) and lastLoadedAt (a
+    load call succeeded). Not Available (`served` False): Loaded says why; Error is admit's."""
+    state = summarize(report, redact)
+    before = _conditions(current)
+    if not served and conditions.find(before, reasons.LOADED) is None:
+        return dict(current)  # never served: nothing to take back, Available says why
+    items = conditions.set_condition(
+        before, reasons.LOADED, state.status, state.reason, state.message, generation, now
+    )
+    if not served:
+        return {**current, "conditions": _wire(items)}
+    error: ConditionStatus = "False" if state.error_reason == reasons.NO_ERROR else "True"
+    error_message = "no error" if error == "False" else state.message
+    items = conditions.set_condition(
+        items, reasons.ERROR, error, state.error_reason, error_message, generation, now
+    )
+    status = dict(current)
+    status["conditions"] = _wire(items)
+    pods = [p for t in report.targets for p in t.pods]
+    if any(p.state == "serving" for p in pods) and not any(p.state == "stale" for p in pods):
+        status["loadedPath"] = path
+    if report.loaded_now:
+        status["lastLoadedAt"] = conditions.timestamp(now)
+    return status
+
+
+def unload_failed_status(
+    current: Mapping[str, Any], message: str, generation: int | None, now: datetime
+) -> Obj:
+    """Loaded=False UnloadFailed (a deletion that could not take every copy back yet)."""
+    items = conditions.set_condition(
+        _conditions(current), reasons.LOADED, "False", reasons.UNLOAD_FAILED, message, generation, now
+    )
+    return {**current, "conditions": _wire(items)}

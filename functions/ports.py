@@ -1,0 +1,111 @@
+"""The seams between the steps and the world: what a handler may ask of each dependency.
+
+Small Protocols, so that `Deps` is typed end to end (mypy checks every call a handler makes),
+the production adapters in `functions/adapters/` satisfy them structurally, and the fakes in
+`tests/support/fakes.py` are type-checked against the same contract.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from datetime import datetime
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
+
+from cloudevents.http import CloudEvent
+
+from functions.logic.pods import Endpoint
+from functions.logic.serving import ListingFailure
+from functions.resources.kinds import Kind
+
+if TYPE_CHECKING:  # the adapters import httpx/urllib3: only a step that uses one pays for it
+    from functions.adapters.engines import CallResult
+    from functions.adapters.storage import StoredFile
+
+Obj = dict[str, Any]
+StatusFn = Callable[[Obj], Obj | None]
+"""Given the current object, the whole desired status (None: leave it alone)."""
+FinalizersFn = Callable[[Obj], list[str] | None]
+
+
+class Written(NamedTuple):
+    """Outcome of a guarded write: the object before and as stored, and whether we changed it."""
+
+    obj: Obj
+    changed: bool
+    before: Obj | None = None
+    """The object the successful attempt started from (after any 409 re-reads)."""
+
+
+class KubePort(Protocol):
+    def get(self, kind: Kind, namespace: str, name: str) -> Obj | None: ...
+
+    def iter(
+        self,
+        kind: Kind,
+        namespace: str | None = None,
+        label_selector: str | None = None,
+        page_size: int = 500,
+    ) -> Iterator[Obj]: ...
+
+    def list_all(
+        self,
+        kind: Kind,
+        namespace: str | None = None,
+        label_selector: str | None = None,
+        page_size: int = 500,
+    ) -> list[Obj]: ...
+
+    def write_status(
+        self, kind: Kind, namespace: str, name: str, desired: StatusFn, current: Obj | None = None
+    ) -> Written | None: ...
+
+    def write_finalizers(
+        self, kind: Kind, namespace: str, name: str, desired: FinalizersFn
+    ) -> Written | None: ...
+
+    def record_event(
+        self, obj: Obj, event_type: str, reason: str, message: str, component: str, now: datetime
+    ) -> None: ...
+
+    @property
+    def server(self) -> tuple[str, int] | None:
+        """(host, port) of the API server: never an engine endpoint."""
+        ...
+
+
+class StoragePort(Protocol):
+    def stat_dir(self, directory: str) -> list[StoredFile]:
+        """Every file under `directory` (recursively), sorted by path; [] when it does not exist."""
+        ...
+
+    def hash_file(self, path: str, max_bytes: int) -> str | None:
+        """Hex MD5 of the content, streamed; None when larger than `max_bytes` or gone."""
+        ...
+
+    def read_small(self, path: str, max_bytes: int) -> bytes | None:
+        """The content of a small file; None when missing or larger than `max_bytes`."""
+        ...
+
+
+class ConfigsPort(Protocol):
+    def get(self, path: str, md5: str | None) -> bytes | None:
+        """A small file by path, cached by its MD5 when one is known."""
+        ...
+
+
+class EnginesPort(Protocol):
+    def healthy(self, endpoint: Endpoint) -> bool: ...
+
+    def listing(self, endpoint: Endpoint) -> dict[str, str] | ListingFailure: ...
+
+    def load(self, endpoint: Endpoint, name: str, path: str, inplace: bool = False) -> CallResult: ...
+
+    def unload(self, endpoint: Endpoint, name: str) -> CallResult: ...
+
+    def replace(self, endpoint: Endpoint, name: str, path: str) -> CallResult: ...
+
+
+class BrokerPort(Protocol):
+    def publish(self, event: CloudEvent, timeout: float | None = None) -> None:
+        """POST the event to the Broker; `timeout` caps this attempt."""
+        ...

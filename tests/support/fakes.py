@@ -1,0 +1,246 @@
+"""In-memory fakes of the ports (functions/ports.py), for the handler tier (tests/handlers).
+
+"We do not test the clients, we test the layers on top of them" (kopf): the stand-ins and the
+real SeaweedFS test the clients; these let every handler run in microseconds, typed against the
+same Protocols as production (mypy checks them), with just the behaviour the handlers rely on:
+- FakeKube: objects by kind/namespace/name, a resourceVersion per write, `write_status` and
+  `write_finalizers` with the real client's contract (the desired function sees the current
+  object; a no-op write is skipped), equality label selectors, and the Events recorded.
+- FakeEngines: vLLM/SGLang as loraflow sees them: a listing of name -> root, "already loaded"
+  on a duplicate load (unless in place), "not found" on an unknown unload as success.
+- FakeStorage and FakeBroker: files by path; events published.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from cloudevents.http import CloudEvent
+
+from functions.adapters.engines import CallResult
+from functions.adapters.storage import StoredFile
+from functions.logic import reasons
+from functions.logic.pods import Endpoint
+from functions.logic.serving import ListingFailure
+from functions.ports import FinalizersFn, StatusFn, Written
+from functions.resources.kinds import Kind
+
+Obj = dict[str, Any]
+
+
+class FakeKube:
+    def __init__(self, *objects: Obj) -> None:
+        self.objects: dict[tuple[str, str, str], Obj] = {}
+        self.events: list[tuple[str, str, str, str]] = []
+        """(object name, type, reason, message) of every Event recorded."""
+        self.writes = 0
+        self._version = 0
+        for obj in objects:
+            self.put(obj)
+
+    @staticmethod
+    def _kind_of(obj: Obj) -> str:
+        return f"{obj['apiVersion']}/{obj['kind']}"
+
+    def put(self, obj: Obj) -> Obj:
+        """Create or replace an object as a user would (the test's own writes)."""
+        obj = copy.deepcopy(obj)
+        meta = obj.setdefault("metadata", {})
+        self._version += 1
+        meta["resourceVersion"] = str(self._version)
+        meta.setdefault("generation", 1)
+        meta.setdefault("uid", f"uid-{meta['name']}")
+        meta.setdefault("creationTimestamp", "2026-01-01T00:00:00Z")
+        self.objects[(self._kind_of(obj), meta.get("namespace", ""), meta["name"])] = obj
+        return obj
+
+    def delete(self, kind: Kind, namespace: str, name: str) -> None:
+        """Delete as the API server does: with finalizers, only a deletionTimestamp is set."""
+        key = (f"{kind.api_version}/{kind.kind}", namespace, name)
+        obj = self.objects[key]
+        if obj["metadata"].get("finalizers"):
+            obj["metadata"]["deletionTimestamp"] = "2026-01-02T00:00:00Z"
+        else:
+            del self.objects[key]
+
+    def _key(self, kind: Kind, namespace: str, name: str) -> tuple[str, str, str]:
+        return (f"{kind.api_version}/{kind.kind}", namespace, name)
+
+    @property
+    def server(self) -> tuple[str, int] | None:
+        return ("10.96.0.1", 443)
+
+    def get(self, kind: Kind, namespace: str, name: str) -> Obj | None:
+        found = self.objects.get(self._key(kind, namespace, name))
+        return copy.deepcopy(found) if found is not None else None
+
+    def iter(
+        self,
+        kind: Kind,
+        namespace: str | None = None,
+        label_selector: str | None = None,
+        page_size: int = 500,
+    ) -> Iterator[Obj]:
+        wanted = dict(part.split("=", 1) for part in (label_selector or "").split(",") if part)
+        for (k, ns, _), obj in sorted(self.objects.items()):
+            if k != f"{kind.api_version}/{kind.kind}" or (namespace is not None and ns != namespace):
+                continue
+            labels = obj["metadata"].get("labels") or {}
+            if all(labels.get(key) == value for key, value in wanted.items()):
+                yield copy.deepcopy(obj)
+
+    def list_all(
+        self,
+        kind: Kind,
+        namespace: str | None = None,
+        label_selector: str | None = None,
+        page_size: int = 500,
+    ) -> list[Obj]:
+        return list(self.iter(kind, namespace, label_selector, page_size))
+
+    def _write(
+        self, kind: Kind, namespace: str, name: str, change: Callable[[Obj], Obj | None]
+    ) -> Written | None:
+        key = self._key(kind, namespace, name)
+        current = self.objects.get(key)
+        if current is None:
+            return None
+        before = copy.deepcopy(current)
+        after = change(copy.deepcopy(current))
+        if after is None or after == current:
+            return Written(before, changed=False, before=before)
+        self._version += 1
+        after["metadata"]["resourceVersion"] = str(self._version)
+        self.objects[key] = after
+        self.writes += 1
+        if after["metadata"].get("deletionTimestamp") and not after["metadata"].get("finalizers"):
+            del self.objects[key]
+        return Written(copy.deepcopy(after), changed=True, before=before)
+
+    def write_status(
+        self, kind: Kind, namespace: str, name: str, desired: StatusFn, current: Obj | None = None
+    ) -> Written | None:
+        def change(obj: Obj) -> Obj | None:
+            status = desired(obj)
+            return None if status is None else {**obj, "status": status}
+
+        return self._write(kind, namespace, name, change)
+
+    def write_finalizers(
+        self, kind: Kind, namespace: str, name: str, desired: FinalizersFn
+    ) -> Written | None:
+        def change(obj: Obj) -> Obj | None:
+            wanted = desired(obj)
+            if wanted is None:
+                return None
+            return {**obj, "metadata": {**obj["metadata"], "finalizers": wanted}}
+
+        return self._write(kind, namespace, name, change)
+
+    def record_event(
+        self, obj: Obj, event_type: str, reason: str, message: str, component: str, now: datetime
+    ) -> None:
+        self.events.append((obj["metadata"]["name"], event_type, reason, message))
+
+
+@dataclass
+class FakeEngine:
+    runtime: str
+    loaded: dict[str, str] = field(default_factory=dict)
+    calls: list[tuple[str, str]] = field(default_factory=list)
+    """(operation, name) in order."""
+    listing_answer: dict[str, str] | ListingFailure | None = None
+    """When set, what `listing` answers instead of the truth (a hostile or broken pod)."""
+    fail: dict[str, CallResult] = field(default_factory=dict)
+    """operation -> the failure it answers."""
+
+
+class FakeEngines:
+    def __init__(self) -> None:
+        self.pods: dict[str, FakeEngine] = {}
+
+    def engine(self, url: str, runtime: str = "vllm") -> FakeEngine:
+        return self.pods.setdefault(url, FakeEngine(runtime))
+
+    def healthy(self, endpoint: Endpoint) -> bool:
+        return True
+
+    def listing(self, endpoint: Endpoint) -> dict[str, str] | ListingFailure:
+        engine = self.engine(endpoint.url, endpoint.runtime)
+        engine.calls.append(("list", ""))
+        if engine.listing_answer is not None:
+            return engine.listing_answer
+        return dict(engine.loaded)
+
+    def load(self, endpoint: Endpoint, name: str, path: str, inplace: bool = False) -> CallResult:
+        engine = self.engine(endpoint.url, endpoint.runtime)
+        engine.calls.append(("load-inplace" if inplace else "load", name))
+        if "load" in engine.fail:
+            return engine.fail["load"]
+        if name in engine.loaded and not inplace:
+            return CallResult(
+                True, reasons.POD_ALREADY_LOADED, f"The lora adapter '{name}' has already been loaded."
+            )
+        engine.loaded[name] = path
+        return CallResult(True, reasons.POD_LOADED)
+
+    def unload(self, endpoint: Endpoint, name: str) -> CallResult:
+        engine = self.engine(endpoint.url, endpoint.runtime)
+        engine.calls.append(("unload", name))
+        if "unload" in engine.fail:
+            return engine.fail["unload"]
+        if engine.loaded.pop(name, None) is None:
+            return CallResult(True, reasons.POD_NOT_LOADED, f"The lora adapter '{name}' cannot be found.")
+        return CallResult(True, reasons.POD_UNLOADED)
+
+    def replace(self, endpoint: Endpoint, name: str, path: str) -> CallResult:
+        if endpoint.runtime == "vllm":
+            result = self.load(endpoint, name, path, inplace=True)
+        else:
+            self.unload(endpoint, name)
+            result = self.load(endpoint, name, path)
+        return CallResult(True, reasons.POD_REPLACED) if result.ok else result
+
+
+class FakeStorage:
+    def __init__(self, files: Mapping[str, bytes] | None = None) -> None:
+        self.files = dict(files or {})
+
+    def stat_dir(self, directory: str) -> list[StoredFile]:
+        prefix = directory.rstrip("/") + "/"
+        return [
+            StoredFile(path, len(content), hashlib.md5(content, usedforsecurity=False).hexdigest())
+            for path, content in sorted(self.files.items())
+            if path.startswith(prefix)
+        ]
+
+    def hash_file(self, path: str, max_bytes: int) -> str | None:
+        content = self.files.get(path)
+        if content is None or len(content) > max_bytes:
+            return None
+        return hashlib.md5(content, usedforsecurity=False).hexdigest()
+
+    def read_small(self, path: str, max_bytes: int) -> bytes | None:
+        content = self.files.get(path)
+        return None if content is None or len(content) > max_bytes else content
+
+
+class FakeConfigs:
+    def __init__(self, storage: FakeStorage) -> None:
+        self.storage = storage
+
+    def get(self, path: str, md5: str | None) -> bytes | None:
+        return self.storage.read_small(path, 1 << 20)
+
+
+class FakeBroker:
+    def __init__(self) -> None:
+        self.events: list[CloudEvent] = []
+
+    def publish(self, event: CloudEvent, timeout: float | None = None) -> None:
+        self.events.append(event)
