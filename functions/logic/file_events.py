@@ -103,16 +103,24 @@ def file_changed(change: FileChange, folder: str | None = None) -> FileChanged |
     return None
 
 
-def cloud_event(payload: FileChanged, sender: str) -> CloudEvent:
+def cloud_event(
+    payload: FileChanged, sender: str, event_id: str | None = None, time: str | None = None
+) -> CloudEvent:
     """The event both senders publish: subject = the storage path (the old one for a rename),
     source `/loraflow/<sender>`, JSON data by alias with unset optionals omitted (the envelope
-    of every event of ours, functions._edge.reply, built here without the HTTP shell)."""
+    of every event of ours, functions._edge.reply, built here without the HTTP shell).
+
+    `event_id` and `time`: the filer source names the change itself (its store's signature and
+    log position; when it happened), so that a replayed change is the same CloudEvent again
+    (source + id, as the CloudEvents spec identifies one); ingest, which has no such name,
+    leaves them to the library (a fresh UUID, now)."""
     attributes = {
         "type": FILE_CHANGED,
         "source": f"/loraflow/{sender}",
         "subject": payload.path,
-        "id": str(uuid4()),
+        "id": event_id or str(uuid4()),
         "datacontenttype": "application/json",
+        **({"time": time} if time else {}),
     }
     return CloudEvent(attributes, payload.model_dump(mode="json", exclude_none=True))
 

@@ -52,6 +52,18 @@ def iso(ts_ns: int) -> str:
     return datetime.fromtimestamp(ts_ns / 1e9, UTC).isoformat(timespec="milliseconds")
 
 
+def rfc3339_ns(ts_ns: int) -> str:
+    """A log position as an RFC 3339 time with every nanosecond (a CloudEvent's `time`)."""
+    seconds, nanos = divmod(ts_ns, 10**9)
+    return datetime.fromtimestamp(seconds, UTC).strftime("%Y-%m-%dT%H:%M:%S") + f".{nanos:09d}Z"
+
+
+def event_id(signature: int, ts_ns: int) -> str:
+    """One change's name: its filer store and its place in that store's log. A replay of the
+    same change gets the same id (a filer's log has one entry per ts_ns)."""
+    return f"{signature}-{ts_ns}"
+
+
 def cursor_of(annotations: Mapping[str, str] | None) -> Cursor | None:
     """The cursor in a Lease's annotations; None when there is none or it is not two integers
     (a hand-edited value is treated as no cursor: a full resync, never a guess)."""
