@@ -16,22 +16,29 @@ server of their own.
 
 from __future__ import annotations
 
+import base64
+import contextlib
+import json
 import secrets
+import subprocess
+import threading
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import grpc
 import httpx
 import pytest
 from cloudevents.http import CloudEvent
 
 from devstack.eventing.sink import EventSink
-from devstack.seaweedfs import FaultProxy, SeaweedServer, Shared, shared
+from devstack.seaweedfs import FaultProxy, SeaweedServer, Shared, shared, weed_binary
 from devstack.standins.kube import KubeServer
 from events.domain import FILE_CHANGED
 from events.external import PING
-from functions.adapters.filer_log import FilerLog, grpc_target
+from functions.adapters.filer_log import FilerLog, grpc_target, iterate
 from functions.adapters.storage import quote_path
 from functions.logic.filer_log import Cursor
 from tests.support.filer import FilerClient
@@ -320,3 +327,106 @@ def test_a_filer_that_lost_its_log_asks_for_a_full_resync(
     finally:
         rig.stop()
         old.stop()
+
+
+# -- our filer.proto against the real binary's own descriptors ------------------------------------
+def weed_tail(server: SeaweedServer, prefix: str, seconds: float = 3.0) -> list[dict[str, Any]]:
+    """`weed filer.meta.tail`: the filer's log as weed itself decodes it (protojson, camelCase,
+    every field emitted), a stream of JSON documents."""
+    address = f"{server.host}:{server.ports['filer']}.{server.ports['filer_grpc']}"
+    command = [weed_binary(), "filer.meta.tail", f"-filer={address}", f"-pathPrefix={prefix}", "-timeAgo=1h"]
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+    time.sleep(seconds)
+    process.terminate()
+    out, _ = process.communicate(timeout=10)
+    text, docs, decoder, at = out.decode(), [], json.JSONDecoder(), 0
+    while (at := _skip_space(text, at)) < len(text):
+        doc, at = decoder.raw_decode(text, at)
+        docs.append(doc)
+    return docs
+
+
+def _skip_space(text: str, at: int) -> int:
+    while at < len(text) and text[at].isspace():
+        at += 1
+    return at
+
+
+def ours(server: SeaweedServer, prefix: str, since_ns: int, seconds: float = 3.0) -> list[Any]:
+    """The same log through functions/proto, as the source reads it."""
+    log = filer_log(server)
+    call = log.subscribe("loraflow-test", 7, since_ns, (prefix,))
+    got: list[Any] = []
+
+    def read() -> None:
+        with contextlib.suppress(grpc.RpcError):
+            for raw in iterate(call):
+                got.append(log.decode(raw))
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    time.sleep(seconds)
+    call.cancel()
+    reader.join(5)
+    log.close()
+    return [r for r in got if r.HasField("event_notification")]
+
+
+def entry_as_weed(entry: Any) -> dict[str, Any]:
+    attributes = entry.attributes
+    return {
+        "name": entry.name,
+        "isDirectory": entry.is_directory,
+        "fileSize": str(attributes.file_size),
+        "mtime": str(attributes.mtime),
+        "fileMode": attributes.file_mode,
+        "crtime": str(attributes.crtime),
+        "mime": attributes.mime,
+        "md5": base64.b64encode(attributes.md5).decode(),
+    }
+
+
+def entry_of(doc: dict[str, Any] | None) -> dict[str, Any] | None:
+    if doc is None:
+        return None
+    a = doc["attributes"]
+    return {
+        "name": doc["name"],
+        "isDirectory": doc["isDirectory"],
+        **{k: a[k] for k in ("fileSize", "mtime", "fileMode", "crtime", "mime", "md5")},
+    }
+
+
+def test_our_messages_read_the_real_filers_bytes_as_weed_itself_does(seaweed: Shared, directory: str) -> None:
+    """Every field filer.proto declares, decoded from the real log, equals what `weed` (compiled
+    from upstream's filer.proto) prints for the same entry: the numbers and types agree."""
+    server = seaweed.server
+    since = time.time_ns()
+    filer = FilerClient(server.url)
+    filer.put_file(f"{directory}/adapter_config.json", b'{"r": 8}')
+    filer.write_without_md5(f"{directory}/appended.bin", b"two appends")
+    filer.move(f"{directory}/adapter_config.json", f"{directory}/renamed.json")
+    filer.delete(f"{directory}/appended.bin")
+    prefix = directory.rsplit("/", 2)[0] + "/"  # the namespace folder: the directories' events too
+    expected = {
+        doc["tsNs"]: doc
+        for doc in weed_tail(server, prefix)
+        if int(doc["tsNs"]) >= since and doc["eventNotification"]
+    }
+    decoded = {str(r.ts_ns): r for r in ours(server, prefix, since)}
+    assert len(expected) >= 6 and set(decoded) == set(expected)
+    for ts, response in decoded.items():
+        weed, en = expected[ts], response.event_notification
+        assert response.directory == weed["directory"]
+        assert en.new_parent_path == weed["eventNotification"]["newParentPath"]
+        assert en.delete_chunks == weed["eventNotification"]["deleteChunks"]
+        assert list(en.signatures) == weed["eventNotification"]["signatures"]
+        for ours_entry, field in ((en.old_entry, "oldEntry"), (en.new_entry, "newEntry")):
+            present = en.HasField("old_entry" if field == "oldEntry" else "new_entry")
+            assert (entry_as_weed(ours_entry) if present else None) == entry_of(
+                weed["eventNotification"][field]
+            )
+    md5s = [
+        e["attributes"]["md5"] for d in expected.values() for e in [d["eventNotification"]["newEntry"]] if e
+    ]
+    assert any(md5s) and "" in md5s  # an uploaded file's digest, and the appended file's none
