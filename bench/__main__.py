@@ -32,6 +32,7 @@ BENCHMARKS: dict[str, int] = {
     "md5_stream": 7,
     "resync_scale": 8,
     "models": 10,
+    "cli_help": 12,
     "notification_latency": 13,
 }
 OPTIONAL = {"upload_latency": 1, "throughput": 9, "pipeline_cold": 11}

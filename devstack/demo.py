@@ -14,6 +14,7 @@ import hashlib
 import json
 import logging
 import os
+import re
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -367,9 +368,34 @@ class Demo:
                 partial(self.loaded_everywhere, adapter, pods),
             )
             self.say(f"{adapter.name}: loaded into {pods}/{pods} pods (engines' /v1/models)")
+            self.say(f"{adapter.name}: {self.trace_of(adapter)}")
         corrupt = next(a for a in ADAPTERS if a.corrupt)
         self.wait(f"{corrupt.name} Failed", lambda: self._failed_integrity(corrupt))
         self.say(f"{corrupt.name}: phase Failed, reason IntegrityCheckFailed, loaded nowhere")
+
+    def trace_of(self, adapter: Adapter) -> str:
+        """The trace of the chain of events that loaded `adapter`: every event a step emitted
+        carries the trace of the event that caused it (W3C traceparent), so one trace id names
+        the whole chain, from the event that started it to adapter.loaded."""
+        subject = adapter.kind.path(NAMESPACE, adapter.name)
+        received = [e for e in self.stack.broker.log.since(0) if e["outcome"] == "received"]
+        loaded = [
+            e for e in received if e["type"] == "io.loraflow.adapter.loaded.v1" and e["subject"] == subject
+        ]
+        trace_id = next((e["trace_id"] for e in reversed(loaded) if e.get("trace_id")), None)
+        if trace_id is None:
+            return "no trace on its adapter.loaded event"
+        chain: list[str] = []
+        for entry in received:
+            type_ = str(entry["type"])
+            # io.loraflow.adapter.loaded.v2 -> loaded (one name per fact, whatever its version)
+            short = re.sub(r"\.v[0-9]+$", "", type_.removeprefix("io.loraflow.")).removeprefix("adapter.")
+            if type_.startswith("dev.knative."):
+                kind = "apiserver" if ".apiserver." in type_ else "source"
+                short = f"{kind} {type_.rpartition('.')[2]}"
+            if entry.get("trace_id") == trace_id and short not in chain:
+                chain.append(short)
+        return f"trace {trace_id} ({' -> '.join(chain)})"
 
     def _failed_integrity(self, adapter: Adapter) -> bool:
         row = status_row(self.cluster, adapter)

@@ -168,14 +168,24 @@ class Stack:
         self._shared = seaweed
         self.time_scale = time_scale
         self.knative_dir = knative_dir
-        self.manifests = [dict(m) for m in manifests] if manifests is not None else render(knative_dir)
         self.notifications: Notifications = notifications or notifications_from_env()
+        source = self.notifications != "webhook"
+        self.manifests = (
+            [dict(m) for m in manifests]
+            if manifests is not None
+            else render(knative_dir, components=(SOURCE_COMPONENT,) if source else ())
+        )
         self.source_manifests: list[dict[str, Any]] = []
-        if self.notifications != "webhook":
-            named = {(m.get("kind"), (m.get("metadata") or {}).get("name")) for m in self.manifests}
-            self.source_manifests = component(knative_dir, SOURCE_COMPONENT)
+        if source:  # the component's objects as rendered (given manifests without them: its files)
+            ours = {(m["kind"], m["metadata"]["name"]) for m in component(knative_dir, SOURCE_COMPONENT)}
+            rendered = {(m.get("kind"), (m.get("metadata") or {}).get("name")): m for m in self.manifests}
             self.manifests += [
-                m for m in self.source_manifests if (m.get("kind"), m["metadata"]["name"]) not in named
+                m
+                for m in component(knative_dir, SOURCE_COMPONENT)
+                if (m["kind"], m["metadata"]["name"]) not in rendered
+            ]
+            self.source_manifests = [
+                m for m in self.manifests if (m.get("kind"), (m.get("metadata") or {}).get("name")) in ours
             ]
         self.function_env = dict(function_env or {})
         self.function_processes = function_processes
@@ -227,10 +237,13 @@ class Stack:
 
     # -- parts ---------------------------------------------------------------------------------------
     def _start_kube(self) -> None:
+        # HTTPS with the stand-in's own CA, as a cluster's API server: the functions, the sources and
+        # kubectl verify it through the kubeconfigs (and kubectl sends a token over TLS only).
         self.kube = KubeServer(
             crd_dir=self.knative_dir / "crds",
             rbac_dir=self.knative_dir / "rbac",
             namespaces=("default",),
+            tls=True,
             rbac=[m for m in self.source_manifests if m.get("kind") in RBAC_KINDS],
         ).start()
         self._on_stop(self.kube.stop)
@@ -481,7 +494,12 @@ class Stack:
         return {
             "notifications": self.notifications,
             "processes": self.processes(),
-            "kubernetes": {"url": self.kube.url, "token": self.kube.admin_token},
+            "kubernetes": {
+                "url": self.kube.url,
+                "token": self.kube.admin_token,
+                "certificate_authority": str(self.kube.tls.ca_file) if self.kube.tls else None,
+                "kubeconfig": str(self.admin_kubeconfig),
+            },
             "filer": {"url": self.filer.url},
             "storage": self.storage_endpoints(),
             "broker": {"url": self.broker.url},

@@ -18,8 +18,10 @@ non-CloudEvent body is a failed delivery), so nothing else is ever answered with
 
 from __future__ import annotations
 
+import contextvars
 import json
 import logging
+import re
 import time
 from collections.abc import Callable, Collection
 from typing import Any, TypeVar
@@ -32,6 +34,8 @@ from cloudevents.exceptions import GenericException
 from cloudevents.http import CloudEvent, from_http
 from pydantic import BaseModel, ValidationError
 
+from events.schema_urls import schema_url
+from functions import observability, tracing
 from functions.edge.bootstrap import Deps, deps, reset_deps
 from functions.errors import BodyTooLarge, Refused, Reject, Retryable, Unauthorized, problems
 from functions.metrics import CONTENT_TYPE
@@ -99,13 +103,16 @@ def reply(
     type_: str, function: str, subject: str, data: BaseModel, extensions: dict[str, str] | None = None
 ) -> CloudEvent:
     """Our outgoing event: JSON data by alias (unset optionals omitted, as the samples show),
-    source `/loraflow/<function>`."""
+    source `/loraflow/<function>`, `dataschema` its JSON Schema's URI, and the trace context of
+    the event being handled (every reply and every published event is built here)."""
     attributes = {
         "type": type_,
         "source": f"/loraflow/{function}",
         "subject": subject,
         "id": str(uuid4()),
         "datacontenttype": "application/json",
+        "dataschema": schema_url(type_, deps().settings.schema_base_url),
+        **tracing.outgoing(),
         **(extensions or {}),
     }
     return CloudEvent(attributes, data.model_dump(mode="json", exclude_none=True))
@@ -123,17 +130,26 @@ def function(
     def view(request: flask.Request) -> flask.Response:
         if request.method == "GET":
             return _probe(request)
+        # The trace and adapter context of this event, set in a copy: gone with the request.
+        return contextvars.copy_context().run(serve, request)
+
+    def serve(request: flask.Request) -> flask.Response:
         started = time.perf_counter()
         event: CloudEvent | None = None
         refusal = ""
+        observability.enter(request.headers)
         try:
             if webhook is not None and not _looks_like_cloudevent(request):
-                result = webhook(request, deps())
+                with observability.step_span(name, None):
+                    result = webhook(request, deps())
             else:
                 event = parse(request)
+                observability.enter(request.headers, event)
                 if event["type"] not in accepts:
                     raise Reject(f"{name} does not handle events of type {event['type']!r}")
-                result = handle(event, deps())
+                observability.observe_age(name, event["type"], event.get("time"), time.time())
+                with observability.step_span(name, event):
+                    result = handle(event, deps())
             response, outcome = _answer(result)
         except BodyTooLarge as err:
             # streamed, so functions-framework's after_request hook does not read the rest of the
@@ -191,10 +207,27 @@ def _answer(result: Reply) -> tuple[flask.Response, str]:
     return flask.Response(body, 200, headers=headers), "replied"
 
 
+_SCHEMA_PATH = re.compile(r"/schemas/([a-z0-9_]{1,200}\.json)")
+
+
 def _probe(request: flask.Request) -> flask.Response:
     if request.path.rstrip("/") == "/metrics":
         return flask.Response(REGISTRY.exposition(), 200, content_type=CONTENT_TYPE)
+    schema = _SCHEMA_PATH.fullmatch(request.path)
+    if schema is not None:
+        return _schema(schema.group(1))
     return flask.Response("ok\n", 200, mimetype="text/plain")
+
+
+def _schema(name: str) -> flask.Response:
+    """A committed JSON Schema of events/schemas (the name is checked: no path leaves it)."""
+    from events.catalog import SCHEMAS
+
+    try:
+        text = (SCHEMAS / name).read_bytes()
+    except OSError:
+        return flask.Response("no such schema\n", 404, mimetype="text/plain")
+    return flask.Response(text, 200, content_type="application/schema+json")
 
 
 def _context(function_name: str, event: CloudEvent | None) -> dict[str, Any]:

@@ -14,6 +14,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError
 
+from events.schema_urls import DEFAULT_SCHEMA_BASE_URL
+
 ENV_PREFIX = "LORAFLOW_"
 FALLBACKS = {"broker_url": "K_SINK", "kubeconfig": "KUBECONFIG"}
 """Variables that others set (Knative's SinkBinding, kubectl's convention), read when ours are unset."""
@@ -61,6 +63,7 @@ class Settings(BaseModel):
     """Seconds ingest keeps retrying a publish to the Broker before it answers the filer 503."""
     broker_url: str | None = None
     kubeconfig: str | None = None
+    schema_base_url: str = Field(default=DEFAULT_SCHEMA_BASE_URL, pattern=r"^https?://[^/]+")
     # The filer source (python -m functions.filer_source); the steps never read these.
     filer_grpc: str | None = Field(default=None, pattern=r"^[^\s/]+:\d{1,5}$")
     """`host:port` of the filer's gRPC API; unset: the filer URL's host, its port + 10000."""

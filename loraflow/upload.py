@@ -33,7 +33,7 @@ from functions.adapters.storage import FilerStorage
 from functions.errors import LoraflowError, Reject
 from functions.logic.paths import adapter_dir
 from functions.resources.kinds import VLLM_ADAPTER
-from loraflow.connect import CliError
+from loraflow.errors import CliError
 from loraflow.kubeapi import KubeCall
 
 CHUNK = 1 << 20

@@ -29,7 +29,7 @@ from functions.adapters.tls import never_used
 from functions.errors import KubeConflict, KubeRefused, KubeUnavailable, LoraflowError
 from functions.logic import mergepatch
 from functions.logic.conditions import timestamp
-from functions.observability import KUBE_CONFLICTS, KUBE_REQUESTS
+from functions.observability import KUBE_CONFLICTS, KUBE_REQUESTS, WARNING_EVENTS
 from functions.ports import StatusFn, Written
 from functions.resources.kinds import Kind
 
@@ -318,6 +318,8 @@ class Kube:
             "lastTimestamp": stamp,
             "count": 1,
         }
+        if event_type == "Warning":
+            WARNING_EVENTS.labels(component, reason).inc()  # counted even if the write fails
         try:
             KUBE_REQUESTS.labels("create", "events").inc()
             self._api.request("POST", f"/api/v1/namespaces/{quote(namespace, safe='')}/events", body=body)

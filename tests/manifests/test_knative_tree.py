@@ -7,6 +7,8 @@
   emit has a subscriber (or is listed as public output only);
 - every FUNCTION_TARGET exists in main.py (parsed with ast; docs/contracts.md list as fallback);
 - RBAC grants only the listed verbs: no wildcard, no delete.
+
+The optional parts (knative/components/) are rendered and checked in test_components.py.
 """
 
 from __future__ import annotations
@@ -24,12 +26,21 @@ import pytest
 import yaml
 
 from events.catalog import CATALOG
+from tests.support.manifests import (
+    K8S_VERSION,
+    ROOT_FIELDS,
+    crd_schemas,
+    filter_types,
+    is_custom,
+    validator_for,
+)
 from tests.support.schemas import to_json_schema
 
 ROOT = Path(__file__).resolve().parents[2]
 KNATIVE_CRDS = Path(__file__).parent / "knative-crds"
-K8S_VERSION = "1.32"
 CONTRACT_FUNCTIONS = {"admit", "stat", "verify", "load", "reload", "unload", "resync", "ingest"}
+# ingest's only Trigger is the SQS one (components/sqs): the webhook queue posts to it directly.
+TRIGGERED_BY_DEFAULT = CONTRACT_FUNCTIONS - {"ingest"}
 # Types we emit that no step of ours consumes: outputs for platform teams' own Triggers.
 PUBLIC_OUTPUT_ONLY = {
     "io.loraflow.adapter.loaded.v1",
@@ -38,7 +49,6 @@ PUBLIC_OUTPUT_ONLY = {
     "io.loraflow.pod.reloaded.v1",
 }
 APISERVER_TYPES = {f"dev.knative.apiserver.resource.{op}" for op in ("add", "update", "delete")}
-ROOT_FIELDS = {"apiVersion": "string", "kind": "string", "metadata": "object"}
 ALLOWED_VERBS = {"get", "list", "watch", "patch", "update", "create"}
 
 Obj = dict[str, Any]
@@ -67,44 +77,19 @@ def ident(obj: Obj) -> str:
 # --- schemas -----------------------------------------------------------------------------
 
 
-@cache
-def knative_schemas() -> dict[tuple[str, str], Obj]:
-    """(apiVersion, kind) -> openAPIV3Schema from the vendored Knative CRDs (and ours)."""
-    found: dict[tuple[str, str], Obj] = {}
-    paths = [*KNATIVE_CRDS.glob("*.yaml"), *(ROOT / "knative" / "crds").glob("*.yaml")]
-    for path in paths:
-        for crd in yaml.safe_load_all(path.read_text()):
-            if not crd or crd.get("kind") != "CustomResourceDefinition":
-                continue
-            for version in crd["spec"]["versions"]:
-                key = (f"{crd['spec']['group']}/{version['name']}", crd["spec"]["names"]["kind"])
-                found[key] = version["schema"]["openAPIV3Schema"]
-    return found
-
-
-def is_custom(obj: Obj) -> bool:
-    return (obj["apiVersion"], obj["kind"]) in knative_schemas()
-
-
-def validator_for(api_version: str, kind: str) -> jsonschema.Draft7Validator:
-    schema = to_json_schema(knative_schemas()[(api_version, kind)])
-    # The apiserver owns apiVersion, kind and metadata; Knative's schemas leave them out.
-    schema["properties"] |= {k: {"type": t} for k, t in ROOT_FIELDS.items()}
-    return jsonschema.Draft7Validator(schema)
-
-
 def test_kustomize_renders_every_file() -> None:
     kinds = {o["kind"] for o in rendered()}
     expected = {"Namespace", "CustomResourceDefinition", "ServiceAccount", "ClusterRole"}
     expected |= {"ClusterRoleBinding", "ConfigMap", "Broker", "Service", "Trigger"}
-    expected |= {"ApiServerSource", "PingSource", "SinkBinding", "IntegrationSource"}
+    expected |= {"ApiServerSource", "PingSource", "SinkBinding", "EventType"}
     assert expected <= kinds
+    assert "IntegrationSource" not in kinds, "the SQS path is optional: components/sqs"
     assert len(of_kind("CustomResourceDefinition")) == 5
 
 
 @pytest.mark.parametrize("obj", [o for o in rendered() if is_custom(o)], ids=ident)
 def test_custom_object_validates_against_its_crd(obj: Obj) -> None:
-    schema = to_json_schema(knative_schemas()[(obj["apiVersion"], obj["kind"])])
+    schema = to_json_schema(crd_schemas()[(obj["apiVersion"], obj["kind"])])
     # The apiserver owns apiVersion, kind and metadata; Knative's schemas leave them out.
     schema["properties"] |= {k: {"type": t} for k, t in ROOT_FIELDS.items()}
     errors = [
@@ -148,16 +133,6 @@ def emitted_types() -> set[str]:
     return {e.type for e in CATALOG if e.direction == "emitted"}
 
 
-def filter_types(node: Any) -> set[str]:
-    """Every `type` value named anywhere in a filter expression."""
-    if isinstance(node, list):
-        return {t for child in node for t in filter_types(child)}
-    if not isinstance(node, dict):
-        return set()
-    found = {node["type"]} if isinstance(node.get("type"), str) else set()
-    return found | {t for child in node.values() for t in filter_types(child)}
-
-
 def subscriber(trigger: Obj) -> str:
     name: str = trigger["spec"]["subscriber"]["ref"]["name"]
     return name.removeprefix("loraflow-")
@@ -182,7 +157,7 @@ def test_every_emitted_type_has_a_subscriber() -> None:
 def test_every_function_has_a_trigger_and_a_service() -> None:
     services = {s["metadata"]["name"].removeprefix("loraflow-") for s in of_kind("Service")}
     assert services == CONTRACT_FUNCTIONS | {"dead-letters"}
-    assert {subscriber(t) for t in of_kind("Trigger")} == CONTRACT_FUNCTIONS
+    assert {subscriber(t) for t in of_kind("Trigger")} == TRIGGERED_BY_DEFAULT
 
 
 def test_contract_routes() -> None:
@@ -246,6 +221,13 @@ def test_function_service(service: Obj) -> None:
     assert c["livenessProbe"]["httpGet"]["path"] == "/healthz"
     assert c["envFrom"] == [{"configMapRef": {"name": "loraflow-config"}}]
     assert {"requests", "limits"} <= set(c["resources"])
+
+
+def test_the_dead_letter_sink_is_our_function() -> None:
+    (sink,) = [s for s in of_kind("Service") if s["metadata"]["name"] == "loraflow-dead-letters"]
+    assert env_of(sink)["FUNCTION_TARGET"] == "dead_letters" in main_py_functions()
+    assert container(sink)["image"] == "ghcr.io/loraflow/functions:0.1.0"
+    assert "serviceAccountName" not in sink["spec"]["template"]["spec"], "it needs no API access"
 
 
 def test_config_map_covers_settings_with_defaults() -> None:

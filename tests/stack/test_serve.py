@@ -79,7 +79,10 @@ def test_serve_writes_endpoints_and_stops_cleanly(served: tuple[subprocess.Popen
     for name, found in processes.items():
         os.kill(found["pid"], 0)  # each one runs, under that pid
         assert found["supervised"] == (name == "filer-source")
-    assert set(endpoints["kubernetes"]) == {"url", "token"}
+    assert set(endpoints["kubernetes"]) == {"url", "token", "certificate_authority", "kubeconfig"}
+    assert endpoints["kubernetes"]["url"].startswith("https://")
+    kubeconfig = path.parent / "kubeconfig"  # beside the endpoints file: .devstack/kubeconfig
+    assert kubeconfig.stat().st_mode & 0o077 == 0, "it holds a token"
     assert set(endpoints["filer"]) == {"url"} and set(endpoints["broker"]) == {"url"}
     storage = endpoints["storage"]
     assert set(storage) == (
@@ -102,6 +105,7 @@ def test_serve_writes_endpoints_and_stops_cleanly(served: tuple[subprocess.Popen
     configuration.host = endpoints["kubernetes"]["url"]
     configuration.api_key = {"BearerToken": endpoints["kubernetes"]["token"]}
     configuration.api_key_prefix = {"BearerToken": "Bearer"}
+    configuration.ssl_ca_cert = endpoints["kubernetes"]["certificate_authority"]
     with client.ApiClient(configuration) as api:
         custom = client.CustomObjectsApi(api)
         body = {
@@ -175,7 +179,7 @@ def test_serve_writes_endpoints_and_stops_cleanly(served: tuple[subprocess.Popen
     started = time.monotonic()
     assert process.wait(30) == 0
     assert time.monotonic() - started < 15
-    assert not path.exists()
+    assert not path.exists() and not kubeconfig.exists()
 
 
 def test_demo_converges_and_exits_zero() -> None:
@@ -193,4 +197,12 @@ def test_demo_converges_and_exits_zero() -> None:
     assert "everything converged" in result.stdout
     for step in ("restarted", "scaled 3 -> 5", "unloaded from every pod", "IntegrityCheckFailed"):
         assert step in result.stdout
+    # one trace id per adapter's lifecycle: the chain of events that loaded it shares it
+    traces = re.findall(r"(\S+): trace ([0-9a-f]{32}) \((.*)\)", result.stdout)
+    assert sorted(name for name, _, _ in traces) == ["finance-qa", "legal-summaries", "support-tone"]
+    assert len({trace for _, trace, _ in traces}) == 3
+    # from the event that started it (the adapter's creation, its last file's notification, a
+    # target's change: whichever the steps' verdicts followed last) to loaded
+    for _, _, chain in traces:
+        assert chain.split(" -> ")[-1] == "loaded" and len(chain.split(" -> ")) >= 2, chain
     assert time.monotonic() - started < 60

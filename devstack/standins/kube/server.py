@@ -123,7 +123,7 @@ class KubeServer:
         configuration.api_key = {"BearerToken": token or self.admin_token}
         configuration.api_key_prefix = {"BearerToken": "Bearer"}
         if self.tls is not None:
-            configuration.ssl_ca_cert = str(self.tls.cert_file)
+            configuration.ssl_ca_cert = str(self.tls.ca_file)
         return configuration
 
     def kubeconfig(self, token: str | None = None, namespace: str = "default") -> dict[str, Any]:
@@ -145,7 +145,7 @@ class KubeServer:
     def _cluster_entry(self) -> dict[str, Any]:
         entry: dict[str, Any] = {"server": self.url}
         if self.tls is not None:
-            entry["certificate-authority-data"] = base64.b64encode(self.tls.pem).decode()
+            entry["certificate-authority-data"] = base64.b64encode(self.tls.ca_pem).decode()
         return entry
 
     def write_kubeconfig(self, path: Path, token: str | None = None, namespace: str = "default") -> Path:
