@@ -153,7 +153,7 @@ CATALOG: tuple[EventType, ...] = (
         external.ResyncTick,
         "consumed",
         "PingSource, filer-source",
-        "Periodic resync tick; `full: true` (filer source: its log lost events) restats every adapter",
+        "Periodic resync tick",
         "-",
     ),
     EventType(

@@ -272,7 +272,8 @@ class Source:
         if payload is None:
             return None
         name, when = filer_log.event_id(signature, one.ts_ns), filer_log.rfc3339_ns(one.ts_ns)
-        return file_events.cloud_event(payload, NAME, event_id=name, time=when)
+        base = self.settings.schema_base_url
+        return file_events.cloud_event(payload, NAME, base, event_id=name, time=when)
 
     def _full_resync(self, reason: str) -> CloudEvent:
         data = ResyncTick.model_validate({"resync": True, "full": True, "reason": reason[:1024]})

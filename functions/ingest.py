@@ -46,7 +46,7 @@ import flask
 from cloudevents.http import CloudEvent
 from pydantic import ValidationError
 
-from events.domain import FileChanged
+from events.domain import FILE_CHANGED, FileChanged
 from events.external import AWS_SQS, SeaweedWebhook
 from functions import _edge
 from functions.errors import Reject, Retryable, Unauthorized, WebhookNotConfigured, problems
@@ -142,7 +142,7 @@ def _classify(key: str, notification: Notification) -> FileChange:
 
 
 def _event(payload: FileChanged) -> CloudEvent:
-    return file_events.cloud_event(payload, NAME)
+    return _edge.reply(FILE_CHANGED, NAME, payload.path, payload)
 
 
 _UNMAPPED = file_events.Once()

@@ -3,8 +3,9 @@
 Two paths bring SeaweedFS's changes in: ingest (the filer's webhook queue, and the aws_sqs
 queue) and the filer source (python -m functions.filer_source, the filer's replayable metadata
 log). Both classify a notification into a `FileChange` (functions.logic.seaweed_event) and
-then come here, so that the same change makes the same payload whichever way it arrived; only
-the event's `source` attribute says which one sent it.
+then come here, so that the same change makes the same payload whichever way it arrived; the
+event's `source` attribute says which one sent it (and the source's `id` and `time` name the
+log entry).
 
 Paths: with the filer backend a filer path is a storage path. With the S3 backend the filer
 keeps the S3 gateway's objects in the bucket's folder (`<buckets dir>/<bucket>/<key>`, weed/s3api),
@@ -23,6 +24,7 @@ from cloudevents.http import CloudEvent
 from pydantic import ValidationError
 
 from events.domain import FILE_CHANGED, FileChanged
+from events.schema_urls import DEFAULT_SCHEMA_BASE_URL, schema_url
 from functions.errors import Reject, problems
 from functions.logic.paths import STORAGE_ROOT, is_under
 from functions.logic.seaweed_event import FileChange
@@ -104,22 +106,27 @@ def file_changed(change: FileChange, folder: str | None = None) -> FileChanged |
 
 
 def cloud_event(
-    payload: FileChanged, sender: str, event_id: str | None = None, time: str | None = None
+    payload: FileChanged,
+    sender: str,
+    schema_base_url: str = DEFAULT_SCHEMA_BASE_URL,
+    event_id: str | None = None,
+    time: str | None = None,
 ) -> CloudEvent:
-    """The event both senders publish: subject = the storage path (the old one for a rename),
-    source `/loraflow/<sender>`, JSON data by alias with unset optionals omitted (the envelope
-    of every event of ours, functions._edge.reply, built here without the HTTP shell).
+    """file.changed as a sender outside the HTTP shell publishes it (the filer source): the
+    envelope functions._edge.reply gives ingest's (subject = the storage path, the old one for a
+    rename; source `/loraflow/<sender>`; `dataschema`; JSON data by alias with unset optionals
+    omitted), without importing the shell (tests/unit/test_file_events.py holds the two equal).
 
     `event_id` and `time`: the filer source names the change itself (its store's signature and
     log position; when it happened), so that a replayed change is the same CloudEvent again
-    (source + id, as the CloudEvents spec identifies one); ingest, which has no such name,
-    leaves them to the library (a fresh UUID, now)."""
+    (source + id, as the CloudEvents spec identifies one); without them, a fresh UUID and now."""
     attributes = {
         "type": FILE_CHANGED,
         "source": f"/loraflow/{sender}",
         "subject": payload.path,
         "id": event_id or str(uuid4()),
         "datacontenttype": "application/json",
+        "dataschema": schema_url(FILE_CHANGED, schema_base_url),
         **({"time": time} if time else {}),
     }
     return CloudEvent(attributes, payload.model_dump(mode="json", exclude_none=True))
