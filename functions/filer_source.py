@@ -122,19 +122,23 @@ class Source:
         except LoraflowError as err:  # LeaseMissing: nothing to resume from, nowhere to write
             log.error("filer source cannot start: %s", err)
             return 1
-        delay = RESUBSCRIBE_BACKOFF.first
+        delay, failures = RESUBSCRIBE_BACKOFF.first, 0
         while not self._stopping.is_set():
             try:
                 if self._follow():
-                    delay = RESUBSCRIBE_BACKOFF.first
+                    delay, failures = RESUBSCRIBE_BACKOFF.first, 0
             except Stopped:
                 break
             except Exception as err:  # the filer, the network, the Broker: subscribe again
-                log.warning(
-                    "subscription to the filer's metadata log ended: %s; subscribing again from the cursor",
-                    _describe(err),
-                    extra=self._where(),
-                )
+                failures += 1
+                if failures == 1 or failures % 20 == 0:  # a filer down for long: a line a minute or so
+                    log.warning(
+                        "subscription to the filer's metadata log ended: %s; subscribing again from "
+                        "the cursor (attempt %d)",
+                        _describe(err),
+                        failures,
+                        extra=self._where(),
+                    )
             self._checkpoint(force=True)
             if self._stopping.wait(delay):
                 break
@@ -232,9 +236,12 @@ class Source:
         try:
             response = self.filer.decode(raw)
         except DecodeError as err:
+            # its own ts_ns is in the bytes that do not decode: name the last one that did
+            after = self.position.since_ns if self.position is not None else None
             log.error(
-                "skipping a response of %d bytes that does not decode: %s",
+                "skipping a response of %d bytes that does not decode (after ts_ns=%s): %s",
                 len(raw),
+                after,
                 err,
                 extra=self._where(),
             )
