@@ -1,4 +1,4 @@
-"""13. Notification latency: a file written -> its `io.loraflow.file.changed.v1` at the Broker, by
+"""14. Notification latency: a file written -> its `io.loraflow.file.changed.v1` at the Broker, by
 the filer's webhook queue (-> ingest) and by the filer source (the metadata log), side by side.
 
 The real SeaweedFS of the process (devstack.seaweedfs.shared()), whose webhook posts to ingest

@@ -63,13 +63,13 @@ from devstack.eventing.triggers import (
     render,
     subscriber_service,
 )
-from devstack.functions_host import FunctionHost, ProcessFunctionHost, launch_source
+from devstack.functions_host import FUNCTIONS, FunctionHost, ProcessFunctionHost, launch_source
 from devstack.seaweedfs import BUCKET, MOUNT_ROOT, FaultProxy, SeaweedServer, Shared, Webhook, WebhookRelay
 from devstack.standins.kube import KubeServer
 from devstack.supervisor import Supervisor
 from devstack.workload import Workload
-from functions._edge import reset_deps
 from functions.adapters.storage import quote_path
+from functions.edge.bootstrap import reset_deps
 
 log = logging.getLogger("devstack.stack")
 
@@ -315,7 +315,12 @@ class Stack:
     def _function_env(self) -> dict[str, str]:
         """docs/contracts.md's configuration table, pointed at the stand-ins."""
         return {
-            "KUBECONFIG": str(self._kubeconfig_for("loraflow-functions")),
+            # each function as its own ServiceAccount (knative/rbac/functions.yaml); ingest has none
+            **{
+                f"KUBECONFIG_{name.upper()}": str(self._kubeconfig_for(f"loraflow-{name}"))
+                for name in FUNCTIONS
+                if name != "ingest"
+            },
             "LORAFLOW_STORAGE": self.storage,
             "LORAFLOW_FILER_URL": self.filer.url if self.filer_proxy else self.seaweed.url,
             "LORAFLOW_LOOPBACK_ENGINES": "allow",  # the engine stand-ins listen on 127.0.0.x

@@ -1,7 +1,7 @@
 """Where each event type's JSON Schema is published: the `dataschema` of every event we emit
 and the `schema` of its Knative EventType (knative/eventtypes/) are the same absolute URI.
 
-Every function serves the schemas it was built with at `GET /schemas/<file>` (functions/_edge.py),
+Every function serves the schemas it was built with at `GET /schemas/<file>` (functions/edge/shell.py),
 so the default base is one of our own cluster-local Services: resolvable wherever loraflow is
 installed, no internet needed, and always the schemas of the code that emits the events. It is
 ingest's because ingest is already the one Service called directly, not only by the Broker

@@ -20,7 +20,8 @@ import logging
 from cloudevents.http import CloudEvent
 
 from events.catalog import BY_TYPE
-from functions import _edge
+from functions.edge import shell
+from functions.edge.bootstrap import Deps
 from functions.observability import DEAD_LETTERS
 
 log = logging.getLogger("loraflow.dead_letters")
@@ -46,7 +47,7 @@ def status_code(value: object) -> str:
     return text if text.isdigit() and len(text) == 3 else "unknown"
 
 
-def handle(event: CloudEvent, deps: _edge.Deps) -> None:
+def handle(event: CloudEvent, deps: Deps) -> None:
     del deps
     code = status_code(event.get("knativeerrorcode"))
     DEAD_LETTERS.labels(event["type"], code).inc()
@@ -64,4 +65,4 @@ def handle(event: CloudEvent, deps: _edge.Deps) -> None:
     )
 
 
-dead_letters = _edge.function(NAME, ACCEPTS, handle)
+dead_letters = shell.function(NAME, ACCEPTS, handle)

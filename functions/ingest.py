@@ -48,7 +48,8 @@ from pydantic import ValidationError
 
 from events.domain import FILE_CHANGED, FileChanged
 from events.external import AWS_SQS, SeaweedWebhook
-from functions import _edge
+from functions.edge import messages, shell
+from functions.edge.bootstrap import Deps
 from functions.errors import Reject, Retryable, Unauthorized, WebhookNotConfigured, problems
 from functions.logic import file_events
 from functions.logic.file_events import check_path
@@ -142,7 +143,7 @@ def _classify(key: str, notification: Notification) -> FileChange:
 
 
 def _event(payload: FileChanged) -> CloudEvent:
-    return _edge.reply(FILE_CHANGED, NAME, payload.path, payload)
+    return messages.reply(FILE_CHANGED, NAME, payload.path, payload)
 
 
 _UNMAPPED = file_events.Once()
@@ -188,7 +189,7 @@ def publish_with_retry(
 
 
 # -- shell -----------------------------------------------------------------------------------
-def handle(event: CloudEvent, deps: _edge.Deps) -> CloudEvent | None:
+def handle(event: CloudEvent, deps: Deps) -> CloudEvent | None:
     notification = decode_sqs_data(event.get_data())
     key = key_of(notification, event.get("key"))
     check_path(key, "notification key")
@@ -196,7 +197,7 @@ def handle(event: CloudEvent, deps: _edge.Deps) -> CloudEvent | None:
     return _event(payload) if payload is not None else None
 
 
-def webhook(request: flask.Request, deps: _edge.Deps) -> CloudEvent | None:
+def webhook(request: flask.Request, deps: Deps) -> CloudEvent | None:
     token = deps.settings.webhook_token
     if token is None or not token.get_secret_value():
         # an open webhook lets anyone inject file.changed events: refuse until one is set
@@ -208,7 +209,7 @@ def webhook(request: flask.Request, deps: _edge.Deps) -> CloudEvent | None:
     given = (request.headers.get("Authorization") or "").encode()
     if not hmac.compare_digest(given, expected):
         raise Unauthorized("webhook request without the expected bearer token")
-    body = _edge.body_of(request)
+    body = messages.body_of(request)
     try:
         message = SeaweedWebhook.model_validate(json.loads(body))
     except ValidationError as err:
@@ -232,4 +233,4 @@ def webhook(request: flask.Request, deps: _edge.Deps) -> CloudEvent | None:
     return event
 
 
-ingest = _edge.function(NAME, ACCEPTS, handle, webhook=webhook)
+ingest = shell.function(NAME, ACCEPTS, handle, webhook=webhook)

@@ -21,10 +21,11 @@ from cloudevents.http import CloudEvent
 
 from events.domain import ADAPTER_DRIFTED, STEP_EXTENSION, AdapterDrifted, AdapterRef
 from events.external import PING, ResyncTick
-from functions import _edge, _inputs
-from functions._edge import Deps
 from functions.adapters import fleet
 from functions.adapters.concurrency import bounded_map
+from functions.edge import inputs, messages, shell
+from functions.edge.bootstrap import Deps
+from functions.edge.messages import Reply
 from functions.logic import drift
 from functions.logic.pods import Endpoint
 from functions.resources.kinds import (
@@ -42,10 +43,10 @@ NAME = "resync"
 ACCEPTS = (PING,)
 
 
-def handle(event: CloudEvent, deps: Deps) -> _edge.Reply:
+def handle(event: CloudEvent, deps: Deps) -> Reply:
     tick = ResyncTick()
     if event.get_data() not in (None, b"", ""):
-        tick = _edge.data_as(event, ResyncTick)  # an object or nothing; garbage is a 400
+        tick = messages.data_as(event, ResyncTick)  # an object or nothing; garbage is a 400
     restat = (tick.reason or "storage notifications may have been lost") if tick.full else None
     snapshot = observe(deps)
     for nudge in drift.drift(snapshot, deps.settings.mount_root, restat=restat):
@@ -57,7 +58,7 @@ def observe(deps: Deps) -> drift.Snapshot:
     kube = deps.kube
     located: list[tuple[str, drift.Namespaced, Endpoint]] = []
     for pod in kube.iter(POD, None, f"{SERVING_LABEL}=true"):
-        target = _inputs.serving_target(pod)
+        target = inputs.serving_target(pod)
         ep = fleet.endpoint_of(deps, pod, target) if target is not None else None
         if ep is not None and target is not None:
             which = "md" if target.kind == "ModelDeployment" else "isvc"
@@ -93,7 +94,7 @@ def to_event(nudge: drift.Nudge) -> CloudEvent:
     )
     data = AdapterDrifted.model_validate({"adapter": ref, "step": nudge.step, "reason": nudge.reason})
     subject = ADAPTER_KINDS[nudge.api_version].path(nudge.namespace, nudge.name)
-    return _edge.reply(ADAPTER_DRIFTED, NAME, subject, data, {STEP_EXTENSION: nudge.step})
+    return messages.reply(ADAPTER_DRIFTED, NAME, subject, data, {STEP_EXTENSION: nudge.step})
 
 
-resync = _edge.function(NAME, ACCEPTS, handle)
+resync = shell.function(NAME, ACCEPTS, handle)

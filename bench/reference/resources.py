@@ -1,4 +1,4 @@
-"""The seed-1 LoRAAdapter and the engine listing as they were read before pydantic (the
+"""The vllm LoRAAdapter and the engine listing as they were read before pydantic (the
 reference of bench/models.py; see the package docstring)."""
 
 from __future__ import annotations

@@ -54,7 +54,7 @@ def _conditions(obj: Obj) -> dict[str, Obj]:
     return {c.get("type"): c for c in (obj.get("status") or {}).get("conditions") or []}
 
 
-def _failed_v1(adapter: Obj) -> bool:
+def _failed_vllm(adapter: Obj) -> bool:
     ready = _conditions(adapter).get(reasons.READY) or {}
     return (adapter.get("status") or {}).get("phase") == "Failed" or ready.get("reason") in reasons.TERMINAL
 
@@ -197,7 +197,7 @@ def _lifecycle(
         if restat is not None:
             add(key, "stat", restat)
         serve = world.adapters[key].serve
-        if serve == "drop" and not _failed_v1(obj):
+        if serve == "drop" and not _failed_vllm(obj):
             add(key, "stat", "admitted but not Ready: files may have arrived unnoticed")
         elif serve == "hold":
             add(key, "stat", "a change is waiting for the integrity check (its verify may be lost)")

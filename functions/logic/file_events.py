@@ -113,7 +113,7 @@ def cloud_event(
     time: str | None = None,
 ) -> CloudEvent:
     """file.changed as a sender outside the HTTP shell publishes it (the filer source): the
-    envelope functions._edge.reply gives ingest's (subject = the storage path, the old one for a
+    envelope functions.edge.messages.reply gives ingest's (subject = the storage path, the old one for a
     rename; source `/loraflow/<sender>`; `dataschema`; JSON data by alias with unset optionals
     omitted), without importing the shell (tests/unit/test_file_events.py holds the two equal).
 

@@ -9,9 +9,9 @@ from __future__ import annotations
 from typing import NamedTuple
 
 RACKAI_GROUP = "rackai.rackspace.com"
-"""Seed 1: LoRAAdapter (vLLM), Model, ModelDeployment."""
+"""The vllm kind: LoRAAdapter (vLLM), Model, ModelDeployment."""
 INFERENCE_GROUP = "inference.rackai.rackspace.com"
-"""Seed 2: LoRAAdapter (SGLang), InferenceService."""
+"""The sglang kind: LoRAAdapter (SGLang), InferenceService."""
 VERSION = "v1alpha1"
 
 FINALIZER = "loraflow.io/unload"

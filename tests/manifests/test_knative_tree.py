@@ -214,7 +214,7 @@ def test_function_service(service: Obj) -> None:
     assert service["metadata"]["labels"]["networking.knative.dev/visibility"] == "cluster-local"
     template = service["spec"]["template"]
     assert template["metadata"]["annotations"]["autoscaling.knative.dev/min-scale"] == "0"
-    assert template["spec"]["serviceAccountName"] == "loraflow-functions"
+    assert template["spec"]["serviceAccountName"] == f"loraflow-{env['FUNCTION_TARGET']}"  # its own
     c = container(service)
     assert c["image"] == "ghcr.io/loraflow/functions:0.1.0"
     assert c["readinessProbe"]["httpGet"]["path"] == "/healthz"
@@ -227,7 +227,7 @@ def test_the_dead_letter_sink_is_our_function() -> None:
     (sink,) = [s for s in of_kind("Service") if s["metadata"]["name"] == "loraflow-dead-letters"]
     assert env_of(sink)["FUNCTION_TARGET"] == "dead_letters" in main_py_functions()
     assert container(sink)["image"] == "ghcr.io/loraflow/functions:0.1.0"
-    assert "serviceAccountName" not in sink["spec"]["template"]["spec"], "it needs no API access"
+    assert sink["spec"]["template"]["spec"]["serviceAccountName"] == "loraflow-dead-letters"  # no role
 
 
 def test_config_map_covers_settings_with_defaults() -> None:
@@ -236,6 +236,8 @@ def test_config_map_covers_settings_with_defaults() -> None:
     assert "LORAFLOW_WEBHOOK_TOKEN" not in config["data"], "the token belongs in a Secret"
     ingest = next(s for s in FUNCTION_SERVICES if s["metadata"]["name"] == "loraflow-ingest")
     token = env_of(ingest)["LORAFLOW_WEBHOOK_TOKEN"]["secretKeyRef"]
+    # optional in the core (SQS needs none; ingest refuses webhook posts without it), required
+    # by components/webhook (test_components.py)
     assert token == {"name": "loraflow-webhook", "key": "token", "optional": True}
 
 
@@ -260,24 +262,33 @@ def test_rbac_is_least_privilege() -> None:
             assert verb in ALLOWED_VERBS, (role["metadata"]["name"], resource, verb)
 
 
-def test_function_rbac_is_exactly_the_list() -> None:
-    """Reads by get/list (no watch: every handler re-reads), merge patches, core Events."""
-    read = {"get", "list"}
-    expected = {
-        (g, r, v)
-        for g, resources in {
-            "rackai.rackspace.com": ("loraadapters", "modeldeployments"),
-            "inference.rackai.rackspace.com": ("loraadapters", "inferenceservices"),
-            "": ("pods",),
-        }.items()
-        for r in resources
-        for v in read
+def test_each_function_has_its_own_account_and_ingest_none() -> None:
+    """Least privilege per function: its own ServiceAccount, bound to its own ClusterRole only;
+    ingest and dead_letters read nothing from Kubernetes: no binding, no token mounted
+    (tests/reliability/test_rbac_used.py proves every remaining grant is used)."""
+    accounts = {
+        a["metadata"]["name"]: a
+        for a in of_kind("ServiceAccount")
+        if a["metadata"]["namespace"] == "loraflow"
     }
-    expected.add(("rackai.rackspace.com", "models", "get"))
-    for group in ("rackai.rackspace.com", "inference.rackai.rackspace.com"):
-        expected |= {(group, r, "patch") for r in ("loraadapters", "loraadapters/status")}
-    expected.add(("", "events", "create"))
-    assert rules_of("loraflow-functions") == expected
+    bindings = {
+        b["metadata"]["name"]: b
+        for b in of_kind("ClusterRoleBinding")
+        if b["metadata"]["name"].startswith("loraflow-")
+    }
+    for function in CONTRACT_FUNCTIONS | {"dead-letters"}:
+        assert f"loraflow-{function}" in accounts
+        if function in ("ingest", "dead-letters"):
+            account = f"loraflow-{function}"
+            assert accounts[account]["automountServiceAccountToken"] is False
+            assert not [b for b in bindings.values() if any(s["name"] == account for s in b["subjects"])]
+            continue
+        binding = bindings[f"loraflow-{function}"]
+        assert binding["roleRef"]["name"] == f"loraflow-{function}"
+        assert binding["subjects"] == [
+            {"kind": "ServiceAccount", "name": f"loraflow-{function}", "namespace": "loraflow"}
+        ]
+    assert "loraflow-functions" not in accounts
 
 
 def test_source_rbac_is_read_only_on_watched_kinds() -> None:

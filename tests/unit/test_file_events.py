@@ -1,6 +1,6 @@
 """ingest and the filer source send the same io.loraflow.file.changed.v1 for the same change:
 the same mapping (functions.logic.file_events) and the same envelope (ingest's comes from
-functions._edge.reply, the source's from file_events.cloud_event, which does without the HTTP
+functions.edge.messages.reply, the source's from file_events.cloud_event, which does without the HTTP
 shell); only `source`, `id` and `time` tell them apart."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import pytest
 
 from events.catalog import BY_TYPE, sample
 from events.domain import FILE_CHANGED, FileChanged
-from functions import _edge
+from functions.edge.bootstrap import reset_deps
 from functions.ingest import _event as ingest_event
 from functions.logic.file_events import cloud_event, file_changed
 from functions.logic.seaweed_event import FileChange
@@ -23,7 +23,7 @@ CHANGES = [
 
 @pytest.fixture(autouse=True)
 def fresh_deps() -> None:
-    _edge.reset_deps()  # reply reads the schema base from the environment's settings
+    reset_deps()  # reply reads the schema base from the environment's settings
 
 
 @pytest.mark.parametrize("change", CHANGES, ids=lambda c: c.event_type)

@@ -23,7 +23,8 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.trace import SpanKind
 
 from events.domain import ADAPTER_READY, AdapterReady, AdapterRef
-from functions import _edge, otel, tracing
+from functions import otel, tracing
+from functions.edge import messages, shell
 
 ROOT = Path(__file__).resolve().parents[2]
 TRACE_ID = "4bf92f3577b34da6a3ce929d0e0e4736"
@@ -62,9 +63,9 @@ def replying(name: str) -> Any:
         ref = AdapterRef.model_validate(
             {"apiVersion": "rackai.rackspace.com/v1alpha1", "namespace": "team-a", "name": "finance"}
         )
-        return _edge.reply(ADAPTER_READY, name, SUBJECT, AdapterReady(adapter=ref))
+        return messages.reply(ADAPTER_READY, name, SUBJECT, AdapterReady(adapter=ref))
 
-    return _edge.function(name, ["io.loraflow.test.v1"], handle)
+    return shell.function(name, ["io.loraflow.test.v1"], handle)
 
 
 def call(view: Any, headers: dict[str, str]) -> CloudEvent:
@@ -94,7 +95,7 @@ def test_a_failing_handler_ends_its_span_as_an_error(spans: InMemorySpanExporter
     def handle(event: CloudEvent, deps: Any) -> None:
         raise RuntimeError("boom")
 
-    view = _edge.function("otel_crash", ["io.loraflow.test.v1"], handle)
+    view = shell.function("otel_crash", ["io.loraflow.test.v1"], handle)
     event = CloudEvent({"type": "io.loraflow.test.v1", "source": "/t", "id": "e-2"}, {})
     wire, body = to_binary(event)
     with flask.Flask("t").test_request_context("/", method="POST", headers=wire, data=body):

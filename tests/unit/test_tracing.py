@@ -19,8 +19,9 @@ from cloudevents.http import CloudEvent, from_http
 
 from events.domain import ADAPTER_READY, AdapterReady, AdapterRef
 from events.schema_urls import schema_url
-from functions import _edge, tracing
+from functions import tracing
 from functions.adapters.broker import Broker
+from functions.edge import messages, shell
 from functions.observability import rfc3339_millis
 
 TRACE_ID = "4bf92f3577b34da6a3ce929d0e0e4736"
@@ -117,9 +118,9 @@ def replying(name: str) -> Any:
 
     def handle(event: CloudEvent, deps: Any) -> CloudEvent:
         logging.getLogger("loraflow.test").info("working", extra={"function": name})
-        return _edge.reply(ADAPTER_READY, name, SUBJECT, ready())
+        return messages.reply(ADAPTER_READY, name, SUBJECT, ready())
 
-    return _edge.function(name, ["io.loraflow.test.v1"], handle)
+    return shell.function(name, ["io.loraflow.test.v1"], handle)
 
 
 def incoming(**attributes: str) -> CloudEvent:
@@ -226,7 +227,7 @@ def test_a_published_event_carries_the_trace_as_headers_and_attributes(broker_in
     host, port = broker_ingress.server_address[:2]
     broker = Broker(f"http://{host!s}:{port}/")
     with tracing.active(tracing.parse(TRACEPARENT, "rojo=1")):
-        broker.publish(_edge.reply(ADAPTER_READY, "test", SUBJECT, ready()))
+        broker.publish(messages.reply(ADAPTER_READY, "test", SUBJECT, ready()))
     ((headers, body),) = broker_ingress.requests
     assert headers["traceparent"] == TRACEPARENT and headers["tracestate"] == "rojo=1"
     event = from_http(headers, body)
@@ -240,7 +241,7 @@ def test_a_published_event_carries_the_trace_as_headers_and_attributes(broker_in
         pytest.param(
             {"subject": "/apis/inference.rackai.rackspace.com/v1alpha1/namespaces/b/loraadapters/x"},
             "b/x",
-            id="seed-2-subject",
+            id="sglang-subject",
         ),
         pytest.param(
             {"kind": "LoRAAdapter", "namespace": "team-a", "name": "finance", "subject": "/apis/..."},
