@@ -14,7 +14,7 @@ SHELL  := /bin/bash
 QUIET_PIP := grep -v "^WARNING: Location" || true
 
 .DEFAULT_GOAL := help
-.PHONY: help venv run serve test test-fast lint bench soak reliability clean
+.PHONY: help venv run serve test test-fast lint bench soak reliability proto clean
 
 help: ## Show this help
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*## "}; {printf "  make %-10s %s\n", $$1, $$2}'
@@ -73,6 +73,9 @@ soak: $(STAMP) ## Longer chaos soak (10 minutes)
 reliability: $(STAMP) ## Reliability suite; records its figures in tests/reliability/results.json
 	LORAFLOW_RECORD_RESULTS=1 $(PY) -m pytest tests/reliability
 	$(PY) tests/reliability/report.py
+
+proto: $(STAMP) ## Regenerate functions/proto/filer_pb2.py(i) from filer.proto (committed; a test checks it)
+	$(PY) -m tests.support.protogen
 
 clean: ## Remove the virtualenv and caches
 	rm -rf $(VENV) $(RUNTIME) .pytest_cache .mypy_cache .ruff_cache .devstack

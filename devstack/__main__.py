@@ -55,7 +55,7 @@ def serve(endpoints_file: Path, ping_period: float | None) -> int:
             print(f"loraflow devstack up; endpoints in {endpoints_file} (Ctrl-C to stop)", flush=True)
             print(f"  kubectl --kubeconfig {kubeconfig} get loraadapters -A", flush=True)
             while not stop.wait(1.0):
-                write_endpoints(stack, endpoints_file)  # engines come and go with the workload
+                write_endpoints(stack, endpoints_file)  # engines come and go, restarted processes too
             print("stopping ...", flush=True)
     finally:
         endpoints_file.unlink(missing_ok=True)

@@ -1,6 +1,9 @@
 """resync: the periodic safety net. Finds drift and publishes one nudge per (adapter, step).
 
-Trigger: `dev.knative.sources.ping`.
+Trigger: `dev.knative.sources.ping`, from the PingSource or from the filer source; data
+`{"full": true, "reason": ...}` (the filer source, when the filer's metadata log no longer
+covers its cursor) adds a stat nudge for every admitted seed-1 adapter, Ready ones included:
+their files may have changed unnoticed.
 Reads: every adapter of both kinds, ModelDeployments, InferenceServices and serving Pods
 (`loraflow.io/serving=true`), all paginated; one `GET /v1/models` per Ready pod (fanned out).
 Writes: nothing. Publishes `io.loraflow.adapter.drifted.v1` (extension `loraflowstep` =
@@ -17,7 +20,7 @@ from typing import Any
 from cloudevents.http import CloudEvent
 
 from events.domain import ADAPTER_DRIFTED, STEP_EXTENSION, AdapterDrifted, AdapterRef
-from events.external import PING, PingData
+from events.external import PING, ResyncTick
 from functions.adapters import fleet
 from functions.adapters.concurrency import bounded_map
 from functions.edge import inputs, messages, shell
@@ -41,10 +44,12 @@ ACCEPTS = (PING,)
 
 
 def handle(event: CloudEvent, deps: Deps) -> Reply:
+    tick = ResyncTick()
     if event.get_data() not in (None, b"", ""):
-        messages.data_as(event, PingData)  # a tick carries an object or nothing; garbage is a 400
+        tick = messages.data_as(event, ResyncTick)  # an object or nothing; garbage is a 400
+    restat = (tick.reason or "storage notifications may have been lost") if tick.full else None
     snapshot = observe(deps)
-    for nudge in drift.drift(snapshot, deps.settings.mount_root):
+    for nudge in drift.drift(snapshot, deps.settings.mount_root, restat=restat):
         deps.broker.publish(to_event(nudge))
     return None
 

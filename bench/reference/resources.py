@@ -91,6 +91,15 @@ class LoRAAdapter(WireModel):
     spec: LoRAAdapterSpec
     status: LoRAAdapterStatus | None = None
 
+    # the two readers production's model has since (stat.decide calls them), as stat then
+    # wrote them inline: the same work on both sides
+    def declared_md5s(self) -> dict[str, str]:
+        return dict((self.spec.integrity.md5 if self.spec.integrity else None) or {})
+
+    def recorded_files(self) -> dict[str, FileStatus]:
+        integrity = self.status.integrity if self.status else None
+        return dict((integrity.files if integrity else None) or {})
+
 
 def adapters_listed(body: bytes) -> dict[str, str]:
     cards = json.loads(body).get("data") or []

@@ -268,6 +268,21 @@ class Kube:
             return Written(stored, changed=True, before=obj)
         raise KubeConflict(f"{kind.plural}/{name} kept changing under us ({WRITE_ATTEMPTS} attempts)")
 
+    def annotate(self, kind: Kind, namespace: str, name: str, annotations: dict[str, str]) -> Obj | None:
+        """Merge-patch `metadata.annotations` without a resourceVersion: the last write wins,
+        which is what a value only its one writer sets wants (the filer source's cursor).
+        None when the object does not exist."""
+        body: Obj = {"metadata": {"annotations": annotations}}
+        try:
+            stored: Obj = self._call(
+                "patch", kind, partial(self._patch, kind, namespace, name, body, subresource=False)
+            )
+        except ApiError as err:
+            if err.status == 404:
+                return None
+            raise _translate(err, "patch", f"{kind.plural}/{name}") from err
+        return stored
+
     # -- events ------------------------------------------------------------------------------
     def record_event(
         self, obj: Obj, event_type: str, reason: str, message: str, component: str, now: datetime

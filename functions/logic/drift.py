@@ -144,7 +144,9 @@ def world_of(snapshot: Snapshot, policy: Policy) -> tuple[serving.World, dict[Ad
     return serving.World(adapters, targets, pods, policy), objects
 
 
-def drift(snapshot: Snapshot, mount_root: str) -> list[Nudge]:
+def drift(snapshot: Snapshot, mount_root: str, restat: str | None = None) -> list[Nudge]:
+    """`restat`: a reason to nudge stat for every admitted seed-1 adapter whatever its state (a
+    full resync: storage changes may have gone unnoticed, and a Ready adapter's files too)."""
     nudges: dict[tuple[str, str, str, str], list[str]] = defaultdict(list)
 
     def add(key: AdapterKey, step: str, reason: str) -> None:
@@ -153,7 +155,7 @@ def drift(snapshot: Snapshot, mount_root: str) -> list[Nudge]:
 
     world, objects = world_of(snapshot, Policy(mount_root=mount_root))
     services = {(facts.namespace_of(s), facts.name_of(s)): s for s in snapshot.services}
-    admitting = _lifecycle(world, objects, services, snapshot.models, add)
+    admitting = _lifecycle(world, objects, services, snapshot.models, add, restat)
     _serving_drift(world, objects, admitting, add)
     return [Nudge(*key, "; ".join(dict.fromkeys(reasons_))) for key, reasons_ in sorted(nudges.items())]
 
@@ -164,6 +166,7 @@ def _lifecycle(
     services: Mapping[Namespaced, Obj],
     models: frozenset[Namespaced],
     add: Callable[[AdapterKey, str, str], None],
+    restat: str | None = None,
 ) -> set[AdapterKey]:
     """Deletions to finish, admissions to redo, observations to repeat; returns the adapters an
     earlier step owns now (their serving is judged once that step has ruled)."""
@@ -191,6 +194,8 @@ def _lifecycle(
             add(key, "admit", reason)
             waiting.add(key)
             continue
+        if restat is not None:
+            add(key, "stat", restat)
         serve = world.adapters[key].serve
         if serve == "drop" and not _failed_vllm(obj):
             add(key, "stat", "admitted but not Ready: files may have arrived unnoticed")

@@ -159,9 +159,18 @@ def test_monitoring_scrapes_every_function_pod(workdir: str) -> None:
     assert json.loads(dashboard["data"]["loraflow.json"]) == json.loads(shipped)
 
 
-def test_filer_source_is_the_issue_16_placeholder(workdir: str) -> None:
+def test_filer_source_adds_the_source_its_rbac_lease_trigger_and_eventtype(workdir: str) -> None:
+    """What it adds (the details: tests/manifests/test_filer_source_component.py)."""
     new = list(added(("filer-source",), workdir).values())
-    assert sorted(o["kind"] for o in new) == ["ContainerSource", "Role", "RoleBinding", "ServiceAccount"]
+    assert sorted(o["kind"] for o in new) == [
+        "ContainerSource",
+        "EventType",
+        "Lease",
+        "Role",
+        "RoleBinding",
+        "ServiceAccount",
+        "Trigger",
+    ]
     (source,) = of(new, "ContainerSource")
     (container,) = source["spec"]["template"]["spec"]["containers"]
     assert container["command"] == ["python", "-m", "functions.filer_source"]
@@ -170,9 +179,9 @@ def test_filer_source_is_the_issue_16_placeholder(workdir: str) -> None:
     assert source["spec"]["template"]["spec"]["serviceAccountName"] == "loraflow-filer-source"
     assert source["spec"]["sink"]["ref"]["kind"] == "Broker"
     (role,) = of(new, "Role")
-    assert role["rules"] == [], "issue 16 grants what its cursor needs, nothing before"
+    assert [rule["resourceNames"] for rule in role["rules"]] == [["loraflow-filer-source"]]
     for path in (KNATIVE / "components" / "filer-source").iterdir():
-        assert "ISSUE 16 PLACEHOLDER" in path.read_text(), path.name
+        assert "PLACEHOLDER" not in path.read_text(), path.name
 
 
 # -- the event registry ---------------------------------------------------------------------------------

@@ -1,4 +1,5 @@
-"""RBAC least privilege per function, proven against the Kubernetes stand-in enforcing knative/rbac.
+"""RBAC least privilege per function, proven against the Kubernetes stand-in enforcing knative/rbac
+(and the filer source's Role, knative/components/filer-source/rbac.yaml, at the end).
 
 Each function talks to the API with its own ServiceAccount's token (`loraflow-<function>`, see
 the harness), so every request it makes is checked against its own ClusterRole. Here:
@@ -13,6 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import secrets
 import time
 from pathlib import Path
 
@@ -20,6 +22,8 @@ import pytest
 import yaml
 from cloudevents.http import CloudEvent, from_http
 
+from devstack.eventing.sink import EventSink
+from devstack.seaweedfs import shared
 from events.domain import ADAPTER_ADMITTED, ADAPTER_READY, ADAPTER_STAT_COMPLETED, FILE_CHANGED
 from events.external import PING
 from functions.resources.kinds import (
@@ -32,7 +36,17 @@ from functions.resources.kinds import (
     VLLM_ADAPTER,
 )
 from tests.support.denials import DENIALS
+from tests.support.filer import FilerClient
+from tests.support.filer_source import (
+    COMPONENT,
+    LEASE_NAME,
+    SERVICE_ACCOUNT,
+    SourceRig,
+    read_cursor,
+    source_kube,
+)
 from tests.support.testbed import ACCOUNTS, ROOT, Testbed
+from tests.support.wait import eventually
 
 Grant = tuple[str, str, str]  # (verb, apiGroup, resource[/subresource])
 
@@ -260,3 +274,49 @@ def test_every_granted_verb_is_used(lived: Testbed, function: str) -> None:
 def test_ingest_talks_to_no_api(lived: Testbed) -> None:
     assert "ingest" not in ACCOUNTS
     assert not granted("ingest")
+
+
+# -- the filer source's Role (knative/components/filer-source/rbac.yaml) ---------------------------
+def source_granted() -> set[Grant]:
+    out: set[Grant] = set()
+    for doc in yaml.safe_load_all((COMPONENT / "rbac.yaml").read_text()):
+        if doc and doc.get("kind") in ("Role", "ClusterRole"):
+            assert doc["kind"] == "Role", "the source needs nothing cluster-wide"
+            for rule in doc.get("rules") or []:
+                assert rule.get("resourceNames") == [LEASE_NAME], "only its own Lease, by name"
+                for verb in rule["verbs"]:
+                    for group in rule["apiGroups"]:
+                        for resource in rule["resources"]:
+                            assert "*" not in (verb, group, resource), "wildcard grant"
+                            out.add((verb, group, resource))
+    return out
+
+
+def test_the_filer_sources_role_is_exactly_what_it_uses(tmp_path: Path) -> None:
+    """A first start (read the Lease: no cursor), a change published, a cursor written, a SIGTERM:
+    everything it did was granted, nothing granted went unused, nothing was denied."""
+    kube = source_kube()
+    sink = EventSink().start()
+    rig = SourceRig(shared().server, kube, sink.url, tmp_path)
+    try:
+        rig.start().wait_logged("following the filer's metadata log")
+        directory = f"/loraadapters/rbac-{secrets.token_hex(3)}/m/a"
+        FilerClient(rig.seaweed.url).put_file(f"{directory}/x.bin", b"x")
+        eventually(lambda: [e for e in sink.of_type(FILE_CHANGED) if e["subject"] == f"{directory}/x.bin"])
+        assert rig.terminate() == 0
+        assert read_cursor(kube) is not None
+        mine = {
+            (r.verb, r.group, f"{r.resource}/{r.subresource}" if r.subresource else r.resource)
+            for r in kube.authorized_requests
+            if r.user == SERVICE_ACCOUNT
+        }
+        assert (
+            mine
+            == source_granted()
+            == {("get", "coordination.k8s.io", "leases"), ("patch", "coordination.k8s.io", "leases")}
+        )
+        assert [d for d in DENIALS if d.user == SERVICE_ACCOUNT] == []
+    finally:
+        rig.stop()
+        sink.stop()
+        kube.stop()

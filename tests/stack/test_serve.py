@@ -25,13 +25,19 @@ ROOT = Path(__file__).resolve().parents[2]
 
 @pytest.fixture
 def served(tmp_path: Path) -> Iterator[tuple[subprocess.Popen[bytes], Path]]:
-    """`LORAFLOW_STORAGE=s3 make serve`: the S3 backend, which also starts the filer (the
-    filer backend's endpoints are the same minus `storage.s3`: tests/stack/test_seaweedfs.py)."""
+    """`LORAFLOW_STORAGE=s3 LORAFLOW_NOTIFICATIONS=both make serve`: the S3 backend, which also
+    starts the filer (the filer backend's endpoints are the same minus `storage.s3`:
+    tests/stack/test_seaweedfs.py), with the webhook and the filer source side by side."""
     path = tmp_path / "endpoints.json"
     process = subprocess.Popen(
         [sys.executable, "-m", "devstack", "serve", "--endpoints-file", str(path), "--ping-period", "2"],
         cwd=ROOT,
-        env={**os.environ, "PYTHONUNBUFFERED": "1", "LORAFLOW_STORAGE": "s3"},
+        env={
+            **os.environ,
+            "PYTHONUNBUFFERED": "1",
+            "LORAFLOW_STORAGE": "s3",
+            "LORAFLOW_NOTIFICATIONS": "both",
+        },
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
@@ -56,7 +62,23 @@ def read(path: Path) -> dict[str, Any]:
 def test_serve_writes_endpoints_and_stops_cleanly(served: tuple[subprocess.Popen[bytes], Path]) -> None:
     process, path = served
     endpoints = read(path)
-    assert set(endpoints) == {"kubernetes", "filer", "storage", "broker", "functions", "engines"}
+    assert set(endpoints) == {
+        "kubernetes",
+        "filer",
+        "storage",
+        "broker",
+        "functions",
+        "engines",
+        "notifications",
+        "processes",
+    }
+    assert endpoints["notifications"] == "both"
+    processes = {p["name"]: p for p in endpoints["processes"]}
+    assert set(processes) == {"devstack", "seaweedfs", "filer-source"}
+    assert processes["devstack"]["pid"] == process.pid
+    for name, found in processes.items():
+        os.kill(found["pid"], 0)  # each one runs, under that pid
+        assert found["supervised"] == (name == "filer-source")
     assert set(endpoints["kubernetes"]) == {"url", "token", "certificate_authority", "kubeconfig"}
     assert endpoints["kubernetes"]["url"].startswith("https://")
     kubeconfig = path.parent / "kubeconfig"  # beside the endpoints file: .devstack/kubeconfig
@@ -128,6 +150,30 @@ def test_serve_writes_endpoints_and_stops_cleanly(served: tuple[subprocess.Popen
         # the same object, seen through the filer (as the engines' mount sees it)
         bucket_dir = f"/buckets/{storage['s3']['bucket']}"
         assert httpx.get(storage["filer"] + bucket_dir + "/loraadapters/x/m/a/readme.txt").content == b"hi"
+
+    # the filer source (both backends' notifications), and killed from outside: started again
+    changed = eventually(
+        lambda: [
+            e
+            for e in httpx.get(endpoints["broker"]["url"] + "_devstack/events", params={"since": 0}).json()
+            if e["type"] == "io.loraflow.file.changed.v1" and re.fullmatch(r"-?\d+-\d+", e["id"])
+        ],
+        what="a file.changed from the filer source (its ids name the log position)",
+    )
+    if storage["backend"] == "s3":
+        assert changed[0]["subject"] == "/loraadapters/x/m/a/readme.txt"
+    os.kill(processes["filer-source"]["pid"], signal.SIGKILL)
+    restarted = eventually(
+        lambda: [
+            p
+            for p in read(path)["processes"]
+            if p["name"] == "filer-source"
+            and p["restarts"] == 1
+            and p["pid"] not in (None, processes["filer-source"]["pid"])
+        ],
+        what="the filer source started again under a new pid",
+    )
+    assert restarted[0]["exit_codes"] == [-9]
 
     process.send_signal(signal.SIGTERM)
     started = time.monotonic()

@@ -6,6 +6,7 @@ import base64
 import json
 import threading
 from collections import Counter
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -33,13 +34,15 @@ class KubeServer:
         namespaces: tuple[str, ...] = DEFAULT_NAMESPACES,
         watch_history: int = 10000,
         tls: bool = False,
+        rbac: Sequence[dict[str, Any]] = (),
     ) -> None:
+        """`rbac`: RBAC documents beside those of `rbac_dir` (an optional component's)."""
         self.host, self._port = host, port
         self.tls = loopback_certificate() if tls else None
         self.registry = Registry(manifest_documents(crd_dir, {"CustomResourceDefinition"}))
         self.store = Store(watch_history)
         self._authn = Authenticator()
-        self._authz = Authorizer(rbac_dir)
+        self._authz = Authorizer(rbac_dir, rbac)
         self.faults = Faults()
         self._counters = Counters()
         self.api = Api(
