@@ -8,6 +8,7 @@ import select
 import socket
 import ssl
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
@@ -89,11 +90,15 @@ class Handler(BaseHTTPRequestHandler):
             length -= len(chunk)
 
     def _serve(self) -> None:
-        response = self.server.api.handle(self._request())
+        started = time.perf_counter()
+        api = self.server.api
+        api.counters.current.key = None
+        response = api.handle(self._request())
         if response.stream is not None:
             self._stream(response)
         else:
             self._send(response)
+            api.counters.spent(time.perf_counter() - started)
 
     do_GET = do_POST = do_PUT = do_PATCH = do_DELETE = _serve
 
