@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, NamedTuple
 
-from functions.logic import facts, loaded, reasons, serving
+from functions.logic import conditions, facts, loaded, reasons, serving
 from functions.logic.adapter_config import VALID, ConfigVerdict
 from functions.logic.paths import is_subdomain
 from functions.logic.serving import AdapterKey, ListingFailure, Pod, Policy, Scope, TargetKey
@@ -297,26 +297,29 @@ def stale_status(
     """
     adapter = world.adapters[key]
     report = serving.serving_report(world, desire, key)
-    status = dict(facts.status(obj))
+    status = facts.status(obj)
     generation = facts.meta(obj).get("generation")
-    have = _conditions({"status": status}).get(reasons.LOADED) or {}
+    have = _conditions(obj).get(reasons.LOADED) or {}
     if key.kind == "vllm":
         ready = report if adapter.serve == "serve" else None
         used = [t.name for t in desire.targets_of.get(key, ())]
-        fresh = loaded.vllm_status(status, ready, used, adapter.serve, generation, UNKNOWN_TIME)
-        if sorted(status.get("usedBy") or []) != sorted(fresh.get("usedBy") or []):
-            return f"usedBy is stale (should be {fresh.get('usedBy') or []})"
+        fields = loaded.vllm_serving(ready, used, adapter.serve, bool(have))
+        if sorted(status.get("usedBy") or []) != fields.used_by:
+            return f"usedBy is stale (should be {fields.used_by})"
+        served = fields.served if fields.served is not None else status.get("served") or []
+        want = _loaded(fields.loaded, have)
     else:
-        redact, served = serving.redacted(adapter), adapter.serve == "serve"
+        redact, serves = serving.redacted(adapter), adapter.serve == "serve"
         fresh = loaded.sglang_status(
-            status, report, adapter.lora_path, generation, UNKNOWN_TIME, redact, served
+            dict(status), report, adapter.lora_path, generation, UNKNOWN_TIME, redact, serves
         )
+        served = []
+        want = _conditions({"status": fresh}).get(reasons.LOADED) or {}
     unjudged = any(p.state == "unreachable" for t in report.targets for p in t.pods)
     if only_used_by or unjudged or have.get("reason") in reasons.CONFIG_VERDICTS:
         return None
-    if key.kind == "vllm" and adapter.serve == "serve" and _served(status) != _served(fresh):
+    if key.kind == "vllm" and adapter.serve == "serve" and _served(status) != _served({"served": served}):
         return "served records differ from the pods' listings"
-    want = _conditions({"status": fresh}).get(reasons.LOADED) or {}
     if want.get("reason") == reasons.NOT_REFERENCED and have.get("reason") != reasons.NOT_REFERENCED:
         # stale, or never written: the adapter.ready delivery that would have said so was lost
         return "Loaded is stale or missing: no ModelDeployment names it"
@@ -326,6 +329,14 @@ def stale_status(
     if want.get("status") == "True" and have.get("message") != want.get("message"):
         return f"Loaded says {have.get('message')!r}, load would write {want.get('message')!r}"
     return None
+
+
+def _loaded(state: loaded.LoadedState | None, have: Mapping[str, Any]) -> Mapping[str, Any]:
+    """The Loaded condition load writes (`state` None: the one there is, untouched)."""
+    if state is None:
+        return have
+    message = state.message[: conditions.MESSAGE_MAX]
+    return {"status": state.status, "reason": state.reason, "message": message}
 
 
 def _served(status: Mapping[str, Any]) -> list[tuple[str, str]]:
