@@ -15,9 +15,13 @@ sglang adapters and pod listings, the targets and pods (functions/logic/drift.py
 
 from __future__ import annotations
 
+import bisect
+import threading
 from collections import defaultdict
 from collections.abc import Iterable, Iterator, Mapping, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from itertools import groupby
+from queue import Full, Queue
 from typing import Any, NamedTuple
 
 from cloudevents.http import CloudEvent
@@ -94,6 +98,79 @@ def listings(deps: Deps, held: Held, targets: Iterable[TargetKey]) -> dict[drift
     return grouped
 
 
+class Ahead:
+    """Each namespace's pod listings, fetched one namespace ahead of the one being judged (the
+    engines answer while the planner works); at most two namespaces' listings are held."""
+
+    def __init__(self, deps: Deps, held: Held, targets: Mapping[str, Sequence[TargetKey]]) -> None:
+        self._deps, self._held, self._targets = deps, held, targets
+        self._order = sorted(targets)
+        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="resync-ahead")
+        self._pending: dict[str, Future[dict[drift.Namespaced, dict[str, Any]]]] = {}
+
+    def _submit(self, namespace: str) -> Future[dict[drift.Namespaced, dict[str, Any]]]:
+        targets = self._targets.get(namespace, ())
+        return self._pool.submit(listings, self._deps, self._held, targets)
+
+    def listings(self, namespace: str) -> dict[drift.Namespaced, dict[str, Any]]:
+        future = self._pending.pop(namespace, None) or self._submit(namespace)
+        following = bisect.bisect_right(self._order, namespace)
+        if following < len(self._order) and self._order[following] not in self._pending:
+            self._pending[self._order[following]] = self._submit(self._order[following])
+        return future.result()
+
+    def close(self) -> None:
+        for future in self._pending.values():
+            future.cancel()
+        self._pool.shutdown(wait=True)
+
+
+def read_ahead(objects: Iterable[Obj], batch: int) -> Iterator[Obj]:
+    """`objects` as they come, the next pages read by a thread meanwhile (at most two pages
+    waiting), so the API server serves a page while the planner judges the last one."""
+    queue: Queue[list[Obj] | BaseException | None] = Queue(maxsize=2)
+    stop = threading.Event()
+
+    def pump() -> None:
+        try:
+            chunk: list[Obj] = []
+            for obj in objects:
+                chunk.append(obj)
+                if len(chunk) >= batch:
+                    if not _put(queue, chunk, stop):
+                        return  # the reader is gone: read no further page
+                    chunk = []
+            if _put(queue, chunk, stop):
+                _put(queue, None, stop)
+        except BaseException as err:  # handed to the reader, which raises it
+            _put(queue, err, stop)
+
+    reader = threading.Thread(target=pump, name="resync-pages", daemon=True)
+    reader.start()
+    try:
+        while True:
+            item = queue.get()
+            if item is None:
+                return
+            if isinstance(item, BaseException):
+                raise item
+            yield from item
+    finally:
+        stop.set()
+        reader.join()
+
+
+def _put(queue: Queue[Any], item: Any, stop: threading.Event) -> bool:
+    """Queue `item` unless the reader stopped first (False)."""
+    while not stop.is_set():
+        try:
+            queue.put(item, timeout=0.1)
+            return True
+        except Full:
+            continue
+    return False
+
+
 class Models:
     """Models are read by name only (RBAC: get), and only those some adapter said were missing;
     each once per tick."""
@@ -139,39 +216,47 @@ def _vllm_shards(deps: Deps, held: Held, models: Models) -> Iterator[drift.Snaps
     pods: dict[drift.Namespaced, dict[str, Any]] = {}
     unnamed: set[str] = set()
 
+    targets = {
+        namespace: [TargetKey("ModelDeployment", namespace, facts.name_of(md)) for md in mds]
+        for namespace, mds in held.deployments.items()
+    }
+    ahead = Ahead(deps, held, targets)
+
     def enter(namespace: str) -> None:
         nonlocal current, pods, unnamed
         current = namespace
-        targets = [TargetKey("ModelDeployment", namespace, facts.name_of(md)) for md in _mds(held, namespace)]
-        pods = listings(deps, held, targets)
+        pods = ahead.listings(namespace)
         unnamed = drift.listed(pods)
 
     def leave() -> Iterator[drift.Snapshot]:
         if current is not None and unnamed:
             yield drift.Snapshot(deployments=_mds(held, current), md_pods=drift.restrict(pods, unnamed))
 
-    adapters = deps.kube.iter(VLLM_ADAPTER, page_size=page)
-    for namespace, chunk in _chunks(adapters, page):
-        if namespace != current:
-            yield from leave()
-            while pending and pending[0] < namespace:
-                enter(pending.pop(0))
+    adapters = read_ahead(deps.kube.iter(VLLM_ADAPTER, page_size=page), page)
+    try:
+        for namespace, chunk in _chunks(adapters, page):
+            if namespace != current:
                 yield from leave()
-            if pending and pending[0] == namespace:
-                pending.pop(0)
-            enter(namespace)
-        names = {facts.name_of(obj) for obj in chunk}
-        unnamed -= names
-        yield drift.Snapshot(
-            v1=chunk,
-            deployments=_mds(held, namespace),
-            md_pods=drift.restrict(pods, names),
-            models=models.existing(chunk),
-        )
-    yield from leave()
-    for namespace in pending:
-        enter(namespace)
+                while pending and pending[0] < namespace:
+                    enter(pending.pop(0))
+                    yield from leave()
+                if pending and pending[0] == namespace:
+                    pending.pop(0)
+                enter(namespace)
+            names = {facts.name_of(obj) for obj in chunk}
+            unnamed -= names
+            yield drift.Snapshot(
+                v1=chunk,
+                deployments=_mds(held, namespace),
+                md_pods=drift.restrict(pods, names),
+                models=models.existing(chunk),
+            )
         yield from leave()
+        for namespace in pending:
+            enter(namespace)
+            yield from leave()
+    finally:
+        ahead.close()
 
 
 def _mds(held: Held, namespace: str) -> Sequence[Obj]:
@@ -183,38 +268,39 @@ def _sglang_shards(deps: Deps, held: Held) -> Iterator[drift.Snapshot]:
     InferenceServices (their serving), the claimants from other namespaces read first."""
     page = deps.settings.list_page_size
     foreign: dict[str, list[Obj]] = defaultdict(list)
-    for obj in deps.kube.iter(SGLANG_ADAPTER, page_size=page):
+    for obj in read_ahead(deps.kube.iter(SGLANG_ADAPTER, page_size=page), page):
         ref = facts.isvc_ref(obj)
         if ref.namespace != facts.namespace_of(obj):
             foreign[ref.namespace].append(obj)
-    isvc_namespaces = {namespace for namespace, _ in held.services}
-    pending = sorted(isvc_namespaces | set(foreign))
-    adapters = deps.kube.iter(SGLANG_ADAPTER, page_size=page)
-    for namespace, group in groupby(adapters, key=facts.namespace_of):
-        while pending and pending[0] < namespace:
-            yield _sglang_shard(deps, held, pending.pop(0), [], foreign)
-        if pending and pending[0] == namespace:
-            pending.pop(0)
-        yield _sglang_shard(deps, held, namespace, list(group), foreign)
-    for namespace in pending:
-        yield _sglang_shard(deps, held, namespace, [], foreign)
+    targets: dict[str, list[TargetKey]] = defaultdict(list)
+    for namespace, name in sorted(held.services):
+        targets[namespace].append(TargetKey("InferenceService", namespace, name))
+    ahead = Ahead(deps, held, targets)
+    pending = sorted(set(targets) | set(foreign))
+    adapters = read_ahead(deps.kube.iter(SGLANG_ADAPTER, page_size=page), page)
+    try:
+        for namespace, group in groupby(adapters, key=facts.namespace_of):
+            while pending and pending[0] < namespace:
+                yield _sglang_shard(held, pending.pop(0), [], foreign, ahead)
+            if pending and pending[0] == namespace:
+                pending.pop(0)
+            yield _sglang_shard(held, namespace, list(group), foreign, ahead)
+        for namespace in pending:
+            yield _sglang_shard(held, namespace, [], foreign, ahead)
+    finally:
+        ahead.close()
 
 
 def _sglang_shard(
-    deps: Deps,
-    held: Held,
-    namespace: str,
-    own: list[Obj],
-    foreign: Mapping[str, Sequence[Obj]],
+    held: Held, namespace: str, own: list[Obj], foreign: Mapping[str, Sequence[Obj]], ahead: Ahead
 ) -> drift.Snapshot:
     claimants = list(foreign.get(namespace, ()))
     referenced = {(ref.namespace, ref.name) for ref in map(facts.isvc_ref, own)}
     services = [s for key, s in sorted(held.services.items()) if key[0] == namespace or key in referenced]
-    targets = [TargetKey("InferenceService", ns, n) for ns, n in sorted(held.services) if ns == namespace]
     return drift.Snapshot(
         v2=own + claimants,
         services=services,
-        isvc_pods=listings(deps, held, targets),
+        isvc_pods=ahead.listings(namespace),
         lifecycle=frozenset(_key("sglang", obj) for obj in own),
         serving=frozenset(
             _key("sglang", obj) for obj in own + claimants if facts.isvc_ref(obj).namespace == namespace

@@ -14,6 +14,7 @@ from collections import defaultdict
 from datetime import UTC, datetime
 from typing import Any
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -212,3 +213,27 @@ def resync_ping() -> Any:
     from cloudevents.http import CloudEvent
 
     return CloudEvent({"type": PING, "source": "/tests", "id": "tick"}, None)
+
+
+def test_read_ahead_keeps_order_raises_the_sources_error_and_stops_with_its_reader() -> None:
+    items = [{"n": i} for i in range(25)]
+    assert list(resync.read_ahead(iter(items), 4)) == items
+
+    def failing() -> Any:
+        yield {"n": 0}
+        raise RuntimeError("page 2")
+
+    with pytest.raises(RuntimeError, match="page 2"):
+        list(resync.read_ahead(failing(), 1))
+
+    pulled: list[int] = []
+
+    def endless() -> Any:
+        for i in range(10_000):
+            pulled.append(i)
+            yield {"n": i}
+
+    reader = resync.read_ahead(endless(), 10)
+    assert next(reader) == {"n": 0}
+    reader.close()  # the consumer gives up: the pump reads at most the pages already queued
+    assert len(pulled) <= 10 * 4

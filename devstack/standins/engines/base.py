@@ -17,7 +17,7 @@ import threading
 import time
 import urllib.parse
 from collections import OrderedDict, deque
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from email.message import Message
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -314,6 +314,50 @@ class LoadedAdapter:
     """MD5 of each file of the adapter directory as read at load time (empty: static)."""
 
 
+class Adapters(OrderedDict[str, LoadedAdapter]):
+    """A replica's loaded adapters, counting its changes (`version`): the /v1/models answer is
+    encoded once per state, not once per request (5,000 replicas share this process's
+    interpreter, where each would have a machine of its own). Tests that set the state
+    directly go through these methods too."""
+
+    version = 0
+
+    def _changed(self) -> None:
+        self.version += 1
+
+    def __setitem__(self, key: str, value: LoadedAdapter) -> None:
+        super().__setitem__(key, value)
+        self._changed()
+
+    def __delitem__(self, key: str) -> None:
+        super().__delitem__(key)
+        self._changed()
+
+    def pop(self, key: str, *default: Any) -> Any:
+        self._changed()
+        return super().pop(key, *default)
+
+    def popitem(self, last: bool = True) -> tuple[str, LoadedAdapter]:
+        self._changed()
+        return super().popitem(last)
+
+    def clear(self) -> None:
+        super().clear()
+        self._changed()
+
+    def move_to_end(self, key: str, last: bool = True) -> None:
+        super().move_to_end(key, last)
+        self._changed()
+
+    def update(self, *args: Any, **kwargs: Any) -> None:
+        super().update(*args, **kwargs)
+        self._changed()
+
+    def setdefault(self, key: str, default: Any = None) -> Any:
+        self._changed()
+        return super().setdefault(key, default)
+
+
 @dataclass(frozen=True)
 class LoadInterval:
     """One load call as seen by the replica (``time.monotonic()`` clock)."""
@@ -385,7 +429,8 @@ class EngineReplica:
 
         self._lock = threading.Lock()
         self._name_locks: dict[str, threading.Lock] = {}
-        self._adapters: OrderedDict[str, LoadedAdapter] = OrderedDict()
+        self._adapters: Adapters = Adapters()
+        self._listing: tuple[tuple[int, int], Response] | None = None
         self._generation = 0
         self._unhealthy_until = 0.0
         self._server: _Server | None = None
@@ -463,9 +508,21 @@ class EngineReplica:
             self._reset_adapters()
 
     def _reset_adapters(self) -> None:
-        self._adapters = OrderedDict(
+        self._adapters = Adapters(
             (n, LoadedAdapter(n, p, static=True)) for n, p in self.static_adapters.items()
         )
+
+    def listing_answer(self, payload: Callable[[], dict[str, Any]]) -> Response:
+        """`GET /v1/models` encoded once per state of the adapters (see `Adapters`)."""
+        with self._lock:
+            key, cached = (id(self._adapters), self._adapters.version), self._listing
+        if cached is not None and cached[0] == key:
+            return cached[1]
+        answer = Response.json(200, payload())  # takes the lock itself to read the adapters
+        with self._lock:
+            if (id(self._adapters), self._adapters.version) == key:
+                self._listing = (key, answer)
+        return answer
 
     @property
     def healthy(self) -> bool:

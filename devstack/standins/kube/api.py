@@ -49,6 +49,8 @@ class Response:
     content_type: str = "application/json"
     headers: dict[str, str] = field(default_factory=dict)
     stream: WatchStream | None = None
+    raw: bytes | None = None
+    """The body already encoded (a list of cached object encodings); `body` is then None."""
 
 
 @dataclass
@@ -308,9 +310,10 @@ class Api:
         if wants_table(request.headers.get("accept")):
             body = table(rtype, items, meta, request.query.get("includeObject", "Metadata"))
             return Response(200, body, TABLE_MEDIA)
-        return Response(
-            200, {"apiVersion": rtype.api_version, "kind": rtype.list_kind, "metadata": meta, "items": items}
-        )
+        head = {"apiVersion": rtype.api_version, "kind": rtype.list_kind, "metadata": meta}
+        raw = json.dumps(head, separators=(",", ":")).encode()[:-1] + b',"items":['
+        raw += b",".join(self.store.encoded(rtype, obj) for obj in items) + b"]}"
+        return Response(200, raw=raw)
 
     def _watch(self, request: Request, rtype: ResourceType, target: Route) -> Response:
         """GET ?watch=true: a chunked stream of watch events (Tables when asked for)."""

@@ -103,7 +103,11 @@ class Handler(BaseHTTPRequestHandler):
     do_GET = do_POST = do_PUT = do_PATCH = do_DELETE = _serve
 
     def _send(self, response: Response) -> None:
-        payload = json.dumps(response.body, separators=(",", ":")).encode()
+        payload = (
+            response.raw
+            if response.raw is not None
+            else json.dumps(response.body, separators=(",", ":")).encode()
+        )
         self.send_response(response.status)
         self.send_header("Content-Type", response.content_type)
         self.send_header("Content-Length", str(len(payload)))

@@ -128,6 +128,10 @@ class Store:
         # (/registry/<group>/<plural>/<namespace>/<name>): a page starts with a bisection, so
         # it costs its own size, not the collection's.
         self._keys: dict[Key, list[Key]] = {}
+        # Each stored object's JSON, encoded on its first read: kube-apiserver's watch cache
+        # keeps an object's serialization beside it (cacher's cachingObject) rather than
+        # re-encoding it for every list that includes it.
+        self._encoded: dict[tuple[Key, Key], tuple[JSON, bytes]] = {}
         self._rv = 0
         self._history: deque[WatchEvent] = deque(maxlen=history)
         self.closed = False
@@ -206,6 +210,18 @@ class Store:
                     last = key
             return Page(items, at, None, 0)
 
+    def encoded(self, rtype: ResourceType, obj: JSON) -> bytes:
+        """`obj` as compact JSON, from the cache while it is the stored version."""
+        meta = obj["metadata"]
+        key = (rtype.key, (meta.get("namespace", ""), meta["name"]))
+        cached = self._encoded.get(key)
+        if cached is not None and cached[0] is obj:
+            return cached[1]
+        raw = json.dumps(obj, separators=(",", ":")).encode()
+        if self._objects.get(rtype.key, {}).get(key[1]) is obj:
+            self._encoded[key] = (obj, raw)
+        return raw
+
     def _count_after(self, rkey: Key, namespace: str | None, last: Key, then: dict[Key, JSON | None]) -> int:
         """Keys after `last` (in `namespace`) as they were when `then` was taken: the current
         ones counted by bisection, corrected for what changed since."""
@@ -268,6 +284,7 @@ class Store:
         obj_key = (meta.get("namespace", ""), meta["name"])
         bucket = self._objects.setdefault(key, {})
         keys = self._keys.setdefault(key, [])
+        self._encoded.pop((key, obj_key), None)
         if event_type == "DELETED":
             if bucket.pop(obj_key, None) is not None:
                 del keys[bisect.bisect_left(keys, obj_key)]
