@@ -318,7 +318,13 @@ def stale_status(
     unjudged = any(p.state == "unreachable" for t in report.targets for p in t.pods)
     if only_used_by or unjudged or have.get("reason") in reasons.CONFIG_VERDICTS:
         return None
-    if key.kind == "vllm" and adapter.serve == "serve" and _served(status) != _served({"served": served}):
+    recorded = status.get("served") or []
+    if (
+        key.kind == "vllm"
+        and adapter.serve == "serve"
+        and recorded != served  # load writes them sorted: equal lists are the common case
+        and _served(status) != _served({"served": served})
+    ):
         return "served records differ from the pods' listings"
     if want.get("reason") == reasons.NOT_REFERENCED and have.get("reason") != reasons.NOT_REFERENCED:
         # stale, or never written: the adapter.ready delivery that would have said so was lost
