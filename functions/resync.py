@@ -54,9 +54,12 @@ Obj = dict[str, Any]
 def handle(event: CloudEvent, deps: Deps) -> _edge.Reply:
     if event.get_data() not in (None, b"", ""):
         _edge.data_as(event, PingData)  # a tick carries an object or nothing; garbage is a 400
+    width = deps.settings.load_concurrency
     for snapshot in shards(deps):
-        for nudge in drift.drift(snapshot, deps.settings.mount_root):
-            deps.broker.publish(to_event(nudge))
+        nudges = drift.drift(snapshot, deps.settings.mount_root)
+        # a shard's nudges side by side: each is one POST to the Broker, which answers slower
+        # than the planner judges the next shard
+        bounded_map(nudges, lambda nudge: deps.broker.publish(to_event(nudge)), width)
     return None
 
 

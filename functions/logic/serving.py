@@ -220,7 +220,7 @@ class ServingReport(NamedTuple):
 
 
 # -- paths ---------------------------------------------------------------------------------------------
-normal_path = lru_cache(maxsize=1 << 16)(posixpath.normpath)
+normal_path = lru_cache(maxsize=1 << 12)(posixpath.normpath)
 """posixpath.normpath, remembered: a resync compares every listed root several times (each of a
 deployment's pods lists the same ones), and normalising was a third of its planning time."""
 

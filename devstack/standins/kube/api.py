@@ -55,8 +55,8 @@ class Response:
 
 @dataclass
 class Counters:
-    """Request counters for benchmarks: total and by (verb, resource), and the seconds spent
-    answering them (request parsed to answer written: what the stand-in costs a client)."""
+    """Request counters for benchmarks: total and by (verb, resource), and the CPU seconds spent
+    answering them (the handling thread's, request read to answer written)."""
 
     total: int = 0
     by_key: Counter[tuple[str, str]] = field(default_factory=Counter)

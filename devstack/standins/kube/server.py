@@ -167,7 +167,7 @@ class KubeServer:
 
     @property
     def request_seconds(self) -> dict[tuple[str, str], float]:
-        """Seconds spent answering requests by (verb, resource): a page's cost is
+        """CPU seconds spent answering requests by (verb, resource): a page's cost is
         `request_seconds[("list", plural)] / requests[("list", plural)]`."""
         return self._counters.seconds
 
