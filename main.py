@@ -13,7 +13,7 @@ import gc
 import importlib
 from typing import Any
 
-FUNCTIONS = ("admit", "ingest", "load", "reload", "resync", "stat", "unload", "verify")
+FUNCTIONS = ("admit", "dead_letters", "ingest", "load", "reload", "resync", "stat", "unload", "verify")
 __all__ = list(FUNCTIONS)  # resolved lazily by __getattr__ below
 
 

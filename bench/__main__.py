@@ -32,6 +32,9 @@ BENCHMARKS: dict[str, int] = {
     "md5_stream": 7,
     "resync_scale": 8,
     "models": 10,
+    "cli_help": 12,
+    "update_gap": 13,
+    "notification_latency": 14,
 }
 OPTIONAL = {"upload_latency": 1, "throughput": 9, "pipeline_cold": 11}
 """Need the embedded stack (devstack.stack); run when their module exists."""

@@ -1,4 +1,4 @@
-"""8. Resync at internet scale: 100,000 seed-1 and 10,000 seed-2 adapters, 1,000 ModelDeployments,
+"""8. Resync at internet scale: 100,000 vllm and 10,000 sglang adapters, 1,000 ModelDeployments,
 5,000 Ready pods (issue 20).
 
 The cluster: 100 tenant namespaces, each with 10 ModelDeployments of 4 replicas and 2
@@ -7,8 +7,8 @@ InferenceService is claimed by 50 (the small size: 10 and 5, the same targets an
 objects are stored in bulk through the Kubernetes stand-in's store (`Store.seed`: the state a
 create and a status write leave), each adapter Ready/Available, used and Loaded as load writes
 it; each engine replica (5,000 vLLM/SGLang stand-ins, each on its own 127.0.x.y address) lists
-what its pod serves (set in the stand-in's state, no HTTP). 1% drifts: seed-1 adapters missing
-from one pod or with a stale `usedBy`, seed-2 adapters missing from one pod, and an orphan copy
+what its pod serves (set in the stand-in's state, no HTTP). 1% drifts: vllm adapters missing
+from one pod or with a stale `usedBy`, sglang adapters missing from one pod, and an orphan copy
 (its LoRAAdapter gone) in one namespace in ten. resync runs in its own functions-framework
 process (as in the cluster) with the default page size (500), is sent one ping per repeat, and
 publishes nudges to an EventSink (K_SINK).
@@ -411,7 +411,7 @@ def run(smoke: bool) -> Result:
     return Result(
         name="resync_scale",
         title=(
-            f"Resync over {large['v1']:,} seed-1 + {large['v2']:,} seed-2 adapters, "
+            f"Resync over {large['v1']:,} vllm + {large['v2']:,} sglang adapters, "
             f"{deployments:,} deployments, {pods:,} pods"
         ),
         value=round(value, 2),

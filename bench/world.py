@@ -31,7 +31,6 @@ from tests.support.testbed import Testbed, environment, testbed
 from tests.support.wait import eventually
 
 ROOT = Path(__file__).resolve().parents[1]
-FUNCTIONS_USER = "system:serviceaccount:loraflow:loraflow-functions"
 MERGE = "application/merge-patch+json"
 MODEL = "m1"
 
@@ -104,7 +103,7 @@ class World(Testbed):
         return {"model": MODEL, "integrity": {"md5": md5s}}
 
     def ready_adapter(self, namespace: str, name: str) -> None:
-        """A seed-1 adapter whose files are in storage and verified (Ready=True), not yet loaded:
+        """A vllm adapter whose files are in storage and verified (Ready=True), not yet loaded:
         its status as stat and verify leave it (the files' sizes and MD5s included)."""
         files = self.adapter_files(namespace, name)
         for path, content in files.items():

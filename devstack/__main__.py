@@ -15,6 +15,8 @@ from devstack.stack import Stack
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_ENDPOINTS = ROOT / ".devstack" / "endpoints.json"
+KUBECONFIG = "kubeconfig"
+"""Written beside the endpoints file: `kubectl --kubeconfig .devstack/kubeconfig get loraadapters -A`."""
 
 
 def write_endpoints(stack: Stack, path: Path) -> None:
@@ -25,12 +27,22 @@ def write_endpoints(stack: Stack, path: Path) -> None:
     os.replace(tmp, path)
 
 
+def write_kubeconfig(stack: Stack, path: Path) -> None:
+    """The admin's kubeconfig (the stand-in's URL, its CA, a cluster-admin token), atomically,
+    readable by its owner only (it holds a token)."""
+    tmp = path.with_suffix(".tmp")
+    stack.kube.write_kubeconfig(tmp, stack.kube.admin_token)
+    tmp.chmod(0o600)
+    os.replace(tmp, path)
+
+
 def serve(endpoints_file: Path, ping_period: float | None) -> int:
     """Run the stack in the foreground until SIGINT/SIGTERM; the endpoints file exists meanwhile."""
     from devstack.demo import quiet_logs
 
     quiet_logs()
     stop = threading.Event()
+    kubeconfig = endpoints_file.parent / KUBECONFIG
 
     def on_signal(signum: int, frame: FrameType | None) -> None:
         stop.set()
@@ -38,13 +50,16 @@ def serve(endpoints_file: Path, ping_period: float | None) -> int:
     previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
         with Stack(ping_period=ping_period) as stack:
+            write_kubeconfig(stack, kubeconfig)
             write_endpoints(stack, endpoints_file)
             print(f"loraflow devstack up; endpoints in {endpoints_file} (Ctrl-C to stop)", flush=True)
+            print(f"  kubectl --kubeconfig {kubeconfig} get loraadapters -A", flush=True)
             while not stop.wait(1.0):
-                write_endpoints(stack, endpoints_file)  # engines come and go with the workload
+                write_endpoints(stack, endpoints_file)  # engines come and go, restarted processes too
             print("stopping ...", flush=True)
     finally:
         endpoints_file.unlink(missing_ok=True)
+        kubeconfig.unlink(missing_ok=True)
         for sig, handler in previous.items():
             signal.signal(sig, handler)
     return 0

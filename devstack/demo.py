@@ -1,8 +1,8 @@
 """`make run`: the whole adapter lifecycle on the embedded stack, narrated for a newcomer.
 
 Steps: targets (a Model, a 3-replica vLLM ModelDeployment, a 2-replica SGLang
-InferenceService) -> four adapters (two good seed-1 adapters, one whose declared MD5 is wrong,
-one seed-2 adapter) -> files uploaded through the filer -> convergence -> an engine restart ->
+InferenceService) -> four adapters (two good vllm adapters, one whose declared MD5 is wrong,
+one sglang adapter) -> files uploaded through the filer -> convergence -> an engine restart ->
 a scale-up to 5 -> an adapter deletion. Every wait is on the truth: the engines' own
 `/v1/models` listings and the adapters' status, never on a fixed sleep. Exit code 0 when
 everything converged, 1 with the reason otherwise.
@@ -14,6 +14,7 @@ import hashlib
 import json
 import logging
 import os
+import re
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -145,7 +146,7 @@ class Adapter:
 
     @property
     def handle(self) -> str:
-        """The name the engine knows it by (seed 1: metadata.name; seed 2: spec.name)."""
+        """The name the engine knows it by (vllm: metadata.name; sglang: spec.name)."""
         return self.engine_name or self.name
 
 
@@ -291,14 +292,12 @@ class Demo:
         for adapter in ADAPTERS:
             files[adapter.name] = adapter_files(adapter.rank)
             if adapter.kind is VLLM_ADAPTER:
-                self.cluster.create(
-                    VLLM_ADAPTER, adapter.name, self._seed1_spec(adapter, files[adapter.name])
-                )
+                self.cluster.create(VLLM_ADAPTER, adapter.name, self._vllm_spec(adapter, files[adapter.name]))
                 note = " (declares a WRONG md5 on purpose)" if adapter.corrupt else ""
                 self.say(f"LoRAAdapter {adapter.name} created: model {MODEL_NAME}, rank {adapter.rank}{note}")
             else:
-                path = self._seed2_dir(adapter)
-                self.write_seed2(adapter, files[adapter.name])
+                path = self._sglang_dir(adapter)
+                self.write_sglang(adapter, files[adapter.name])
                 self.cluster.create(
                     SGLANG_ADAPTER,
                     adapter.name,
@@ -311,32 +310,32 @@ class Demo:
                 self.say(f"LoRAAdapter {adapter.name} (SGLang kind) created: path {path}")
         return files
 
-    def _seed1_dir(self, adapter: Adapter) -> str:
+    def _vllm_dir(self, adapter: Adapter) -> str:
         return f"/loraadapters/{NAMESPACE}/{MODEL_NAME}/{adapter.name}/"
 
-    def _seed2_storage_dir(self, adapter: Adapter) -> str:
+    def _sglang_storage_dir(self, adapter: Adapter) -> str:
         return f"/sglang-adapters/{adapter.name}"
 
-    def _seed2_dir(self, adapter: Adapter) -> str:
-        return f"{self.stack.mount_root}{self._seed2_storage_dir(adapter)}"
+    def _sglang_dir(self, adapter: Adapter) -> str:
+        return f"{self.stack.mount_root}{self._sglang_storage_dir(adapter)}"
 
-    def _seed1_spec(self, adapter: Adapter, files: dict[str, bytes]) -> dict[str, Any]:
+    def _vllm_spec(self, adapter: Adapter, files: dict[str, bytes]) -> dict[str, Any]:
         md5 = {
-            self._seed1_dir(adapter) + name: hashlib.md5(content, usedforsecurity=False).hexdigest()
+            self._vllm_dir(adapter) + name: hashlib.md5(content, usedforsecurity=False).hexdigest()
             for name, content in files.items()
         }
         if adapter.corrupt:
-            md5[self._seed1_dir(adapter) + "adapter_model.safetensors"] = "0" * 32
+            md5[self._vllm_dir(adapter) + "adapter_model.safetensors"] = "0" * 32
         return {
             "model": MODEL_NAME,
             "displayName": adapter.name.replace("-", " ").title(),
             "integrity": {"md5": md5},
         }
 
-    def write_seed2(self, adapter: Adapter, files: dict[str, bytes]) -> None:
-        """Seed 2 has no storage step: its files are already at spec.path, which the SGLang pods
+    def write_sglang(self, adapter: Adapter, files: dict[str, bytes]) -> None:
+        """The sglang kind has no storage step: its files are already at spec.path, which the SGLang pods
         see through their SeaweedFS mount (so they are put there through the storage)."""
-        directory = self._seed2_storage_dir(adapter)
+        directory = self._sglang_storage_dir(adapter)
         for name, content in files.items():
             self.cluster.upload(f"{directory}/{name}", content)
         self.say(
@@ -345,11 +344,11 @@ class Demo:
 
     def upload(self, files: dict[str, dict[str, bytes]]) -> None:
         for adapter in ADAPTERS:
-            if adapter.kind is VLLM_ADAPTER:  # seed 2 needs no upload
+            if adapter.kind is VLLM_ADAPTER:  # the sglang kind needs no upload
                 for name, content in files[adapter.name].items():
-                    digest = self.cluster.upload(self._seed1_dir(adapter) + name, content)
+                    digest = self.cluster.upload(self._vllm_dir(adapter) + name, content)
                     self.say(
-                        f"uploaded {self._seed1_dir(adapter)}{name} ({len(content)} B, md5 {digest[:8]}…)"
+                        f"uploaded {self._vllm_dir(adapter)}{name} ({len(content)} B, md5 {digest[:8]}…)"
                     )
 
     def converge(self) -> None:
@@ -367,9 +366,34 @@ class Demo:
                 partial(self.loaded_everywhere, adapter, pods),
             )
             self.say(f"{adapter.name}: loaded into {pods}/{pods} pods (engines' /v1/models)")
+            self.say(f"{adapter.name}: {self.trace_of(adapter)}")
         corrupt = next(a for a in ADAPTERS if a.corrupt)
         self.wait(f"{corrupt.name} Failed", lambda: self._failed_integrity(corrupt))
         self.say(f"{corrupt.name}: phase Failed, reason IntegrityCheckFailed, loaded nowhere")
+
+    def trace_of(self, adapter: Adapter) -> str:
+        """The trace of the chain of events that loaded `adapter`: every event a step emitted
+        carries the trace of the event that caused it (W3C traceparent), so one trace id names
+        the whole chain, from the event that started it to adapter.loaded."""
+        subject = adapter.kind.path(NAMESPACE, adapter.name)
+        received = [e for e in self.stack.broker.log.since(0) if e["outcome"] == "received"]
+        loaded = [
+            e for e in received if e["type"] == "io.loraflow.adapter.loaded.v1" and e["subject"] == subject
+        ]
+        trace_id = next((e["trace_id"] for e in reversed(loaded) if e.get("trace_id")), None)
+        if trace_id is None:
+            return "no trace on its adapter.loaded event"
+        chain: list[str] = []
+        for entry in received:
+            type_ = str(entry["type"])
+            # io.loraflow.adapter.loaded.v2 -> loaded (one name per fact, whatever its version)
+            short = re.sub(r"\.v[0-9]+$", "", type_.removeprefix("io.loraflow.")).removeprefix("adapter.")
+            if type_.startswith("dev.knative."):
+                kind = "apiserver" if ".apiserver." in type_ else "source"
+                short = f"{kind} {type_.rpartition('.')[2]}"
+            if entry.get("trace_id") == trace_id and short not in chain:
+                chain.append(short)
+        return f"trace {trace_id} ({' -> '.join(chain)})"
 
     def _failed_integrity(self, adapter: Adapter) -> bool:
         row = status_row(self.cluster, adapter)

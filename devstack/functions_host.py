@@ -17,12 +17,15 @@ import subprocess
 import sys
 import threading
 import time
+from functools import partial
 from pathlib import Path
 from typing import IO
 
 import functions_framework
 import httpx
 from werkzeug.serving import BaseWSGIServer, make_server
+
+from devstack.supervisor import Supervisor
 
 ROOT = Path(__file__).resolve().parents[1]
 SOURCE = ROOT / "main.py"
@@ -58,22 +61,35 @@ class FunctionHost:
 
 class ProcessFunctionHost:
     """The same interface as FunctionHost; the functions read their configuration from this
-    process's environment at start (as a container does), and log to `log_dir` if given."""
+    process's environment at start (as a container does), and log to `log_dir` if given. With a
+    `supervisor`, a function process that dies is started again on its port (as a kubelet
+    restarts a container) and `pids()` names each one."""
 
     def __init__(
-        self, names: tuple[str, ...] = FUNCTIONS, host: str = "127.0.0.1", log_dir: Path | None = None
+        self,
+        names: tuple[str, ...] = FUNCTIONS,
+        host: str = "127.0.0.1",
+        log_dir: Path | None = None,
+        supervisor: Supervisor | None = None,
     ) -> None:
         self.names = names
         self.host = host
         self.log_dir = log_dir
+        self.supervisor = supervisor
         self.urls: dict[str, str] = {}
         self._processes: list[subprocess.Popen[bytes]] = []
         self._logs: list[IO[bytes]] = []
 
     def start(self, timeout: float = 60.0) -> ProcessFunctionHost:
+        env = dict(os.environ)  # as at start: a restarted function gets the same configuration
         for name in self.names:
             port = free_port(self.host)
-            self._processes.append(launch(name, SOURCE, port, self.host, out=self._log(name)))
+            out = self._log(name)
+            if self.supervisor is not None:
+                start = partial(launch, name, SOURCE, port, self.host, env=env, out=out)
+                self.supervisor.add(f"function/{name}", start, stop_signal=signal.SIGINT)
+            else:
+                self._processes.append(launch(name, SOURCE, port, self.host, out=out))
             self.urls[name] = f"http://{self.host}:{port}/"
         deadline = time.monotonic() + timeout
         with httpx.Client(timeout=5) as http:
@@ -90,6 +106,9 @@ class ProcessFunctionHost:
         return handle
 
     def stop(self) -> None:
+        if self.supervisor is not None:
+            for name in self.names:
+                self.supervisor.remove(f"function/{name}")
         for process in self._processes:
             process.send_signal(signal.SIGINT)  # gunicorn: quick shutdown (SIGTERM is graceful)
         for process in self._processes:
@@ -118,6 +137,12 @@ def launch(
     command = [python or sys.executable, "-m", "functions_framework", "--target", target]
     command += ["--source", str(source), "--signature-type", "http", "--host", host, "--port", str(port)]
     return subprocess.Popen(command, cwd=ROOT, env=env or dict(os.environ), stdout=out, stderr=out)
+
+
+def launch_source(env: dict[str, str], out: IO[bytes] | int = subprocess.DEVNULL) -> subprocess.Popen[bytes]:
+    """`python -m functions.filer_source`, the ContainerSource's command, with `env`."""
+    command = [sys.executable, "-m", "functions.filer_source"]
+    return subprocess.Popen(command, cwd=ROOT, env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=out)
 
 
 def free_port(host: str = "127.0.0.1") -> int:

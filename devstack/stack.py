@@ -22,6 +22,14 @@ so a test can make it fail without touching the real server (`stack.seaweed`).
 The webhook goes through a WebhookRelay (`stack.relay`) that forwards each delivery to ingest
 unchanged; it lets `settle()` know when the filer's notifications are out, and lets a test
 session share one SeaweedFS between stacks (`seaweed=devstack.seaweedfs.shared()`).
+
+Notifications (`notifications=`, else LORAFLOW_NOTIFICATIONS, default "webhook"): "webhook"
+(the filer's webhook queue posts to ingest), "source" (the filer source, `python -m
+functions.filer_source`, follows the filer's metadata log as knative/components/filer-source
+deploys it: its own process, its ServiceAccount, its Lease, its Trigger), or "both" (the events
+are idempotent). Processes of their own (the filer source; the functions with
+`function_processes=True`) are supervised: one that dies is started again, as a kubelet would
+(devstack.supervisor), and `endpoints()["processes"]` names each with its pid.
 """
 
 from __future__ import annotations
@@ -33,9 +41,10 @@ import secrets
 import shutil
 import tempfile
 import threading
+import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 import boto3
 import httpx
@@ -50,15 +59,17 @@ from devstack.eventing.triggers import (
     ManifestError,
     load_triggers,
     of_kind,
+    read_files,
     render,
     subscriber_service,
 )
-from devstack.functions_host import FunctionHost, ProcessFunctionHost
+from devstack.functions_host import FUNCTIONS, FunctionHost, ProcessFunctionHost, launch_source
 from devstack.seaweedfs import BUCKET, MOUNT_ROOT, FaultProxy, SeaweedServer, Shared, Webhook, WebhookRelay
 from devstack.standins.kube import KubeServer
+from devstack.supervisor import Supervisor
 from devstack.workload import Workload
-from functions._edge import reset_deps
 from functions.adapters.storage import quote_path
+from functions.edge.bootstrap import reset_deps
 
 log = logging.getLogger("devstack.stack")
 
@@ -71,6 +82,11 @@ AWS = {
     "AWS_DEFAULT_REGION": "us-east-1",
 }
 Storage = Literal["filer", "s3"]
+Notifications = Literal["webhook", "source", "both"]
+SOURCE_COMPONENT = "filer-source"
+SOURCE_ACCOUNT = "loraflow-filer-source"
+SOURCE_PROCESS = "filer-source"
+RBAC_KINDS = ("Role", "RoleBinding", "ClusterRole", "ClusterRoleBinding")
 
 
 def storage_from_env() -> Storage:
@@ -78,6 +94,20 @@ def storage_from_env() -> Storage:
     if value not in ("filer", "s3"):
         raise ValueError(f"LORAFLOW_STORAGE={value!r}: expected 'filer' or 's3'")
     return "s3" if value == "s3" else "filer"
+
+
+def notifications_from_env() -> Notifications:
+    value = os.environ.get("LORAFLOW_NOTIFICATIONS") or "webhook"
+    for known in get_args(Notifications):
+        if value == known:
+            return known  # type: ignore[no-any-return]
+    raise ValueError(f"LORAFLOW_NOTIFICATIONS={value!r}: expected 'webhook', 'source' or 'both'")
+
+
+def component(knative_dir: Path, name: str) -> list[dict[str, Any]]:
+    """The manifests of an optional component (knative/components/<name>), as its files say."""
+    folder = knative_dir / "components" / name
+    return read_files(sorted(folder.glob("*.yaml"))) if folder.is_dir() else []
 
 
 def _quietly(stopper: Callable[[], None]) -> None:
@@ -123,6 +153,7 @@ class Stack:
         function_env: Mapping[str, str] | None = None,
         function_processes: bool = False,
         filer_proxy: bool = True,
+        notifications: Notifications | None = None,
     ) -> None:
         self._own_dir = data_dir is None
         self.base = (
@@ -137,7 +168,25 @@ class Stack:
         self._shared = seaweed
         self.time_scale = time_scale
         self.knative_dir = knative_dir
-        self.manifests = [dict(m) for m in manifests] if manifests is not None else render(knative_dir)
+        self.notifications: Notifications = notifications or notifications_from_env()
+        source = self.notifications != "webhook"
+        self.manifests = (
+            [dict(m) for m in manifests]
+            if manifests is not None
+            else render(knative_dir, components=(SOURCE_COMPONENT,) if source else ())
+        )
+        self.source_manifests: list[dict[str, Any]] = []
+        if source:  # the component's objects as rendered (given manifests without them: its files)
+            ours = {(m["kind"], m["metadata"]["name"]) for m in component(knative_dir, SOURCE_COMPONENT)}
+            rendered = {(m.get("kind"), (m.get("metadata") or {}).get("name")): m for m in self.manifests}
+            self.manifests += [
+                m
+                for m in component(knative_dir, SOURCE_COMPONENT)
+                if (m["kind"], m["metadata"]["name"]) not in rendered
+            ]
+            self.source_manifests = [
+                m for m in self.manifests if (m.get("kind"), (m.get("metadata") or {}).get("name")) in ours
+            ]
         self.function_env = dict(function_env or {})
         self.function_processes = function_processes
         self.filer_proxy = filer_proxy
@@ -153,6 +202,8 @@ class Stack:
         self.stop()
 
     def start(self) -> Stack:
+        self.supervisor = Supervisor()
+        self._on_stop(self.supervisor.stop, tier=1)
         try:
             self._start_kube()
             self._start_storage()
@@ -186,8 +237,14 @@ class Stack:
 
     # -- parts ---------------------------------------------------------------------------------------
     def _start_kube(self) -> None:
+        # HTTPS with the stand-in's own CA, as a cluster's API server: the functions, the sources and
+        # kubectl verify it through the kubeconfigs (and kubectl sends a token over TLS only).
         self.kube = KubeServer(
-            crd_dir=self.knative_dir / "crds", rbac_dir=self.knative_dir / "rbac", namespaces=("default",)
+            crd_dir=self.knative_dir / "crds",
+            rbac_dir=self.knative_dir / "rbac",
+            namespaces=("default",),
+            tls=True,
+            rbac=[m for m in self.source_manifests if m.get("kind") in RBAC_KINDS],
         ).start()
         self._on_stop(self.kube.stop)
         self.base.mkdir(parents=True, exist_ok=True)
@@ -196,6 +253,11 @@ class Stack:
         self.admin_kubeconfig = admin
         self.api = config.new_client_from_config(str(admin))
         self._on_stop(self.api.close, tier=4)
+        for lease in of_kind(self.source_manifests, "Lease"):  # shipped with the source's component
+            namespace = lease["metadata"].get("namespace", "loraflow")
+            with contextlib.suppress(client.ApiException):  # 409: there already (knative/namespace.yaml)
+                self.core.create_namespace({"metadata": {"name": namespace}})
+            client.CoordinationV1Api(self.api).create_namespaced_lease(namespace, lease)
 
     def _kubeconfig_for(self, service_account: str) -> Path:
         """A kubeconfig holding the token of the ServiceAccount named in knative/rbac."""
@@ -247,13 +309,18 @@ class Stack:
         """Where the functions run (not started yet). A subclass may put them elsewhere:
         bench/activator.py starts each process on its first request, as a Service scaled to zero."""
         if self.function_processes:
-            return ProcessFunctionHost(log_dir=self.base / "functions")
+            return ProcessFunctionHost(log_dir=self.base / "functions", supervisor=self.supervisor)
         return FunctionHost()
 
     def _function_env(self) -> dict[str, str]:
         """docs/contracts.md's configuration table, pointed at the stand-ins."""
         return {
-            "KUBECONFIG": str(self._kubeconfig_for("loraflow-functions")),
+            # each function as its own ServiceAccount (knative/rbac/functions.yaml); ingest has none
+            **{
+                f"KUBECONFIG_{name.upper()}": str(self._kubeconfig_for(f"loraflow-{name}"))
+                for name in FUNCTIONS
+                if name != "ingest"
+            },
             "LORAFLOW_STORAGE": self.storage,
             "LORAFLOW_FILER_URL": self.filer.url if self.filer_proxy else self.seaweed.url,
             "LORAFLOW_LOOPBACK_ENGINES": "allow",  # the engine stand-ins listen on 127.0.0.x
@@ -283,9 +350,31 @@ class Stack:
         raise ManifestError(f"cannot resolve destination {dict(destination)!r} to a local URL")
 
     def _start_notifications(self) -> None:
-        subscription = contextlib.ExitStack()
-        subscription.enter_context(self.relay.subscribed(self.functions.urls["ingest"]))
-        self._on_stop(subscription.close, tier=0)
+        if self.notifications != "source":
+            subscription = contextlib.ExitStack()
+            subscription.enter_context(self.relay.subscribed(self.functions.urls["ingest"]))
+            self._on_stop(subscription.close, tier=0)
+        if self.notifications != "webhook":
+            self._start_filer_source()
+
+    def _start_filer_source(self) -> None:
+        """The ContainerSource of knative/components/filer-source, as a process of its own: its
+        ServiceAccount's token, its Lease, K_SINK the broker, the real filer's gRPC port."""
+        (source,) = of_kind(self.source_manifests, "ContainerSource")
+        (container,) = source["spec"]["template"]["spec"]["containers"]
+        env = {
+            **os.environ,  # the functions' configuration (loraflow-config in a cluster)
+            **{e["name"]: e["value"] for e in container.get("env") or [] if "value" in e},
+            "KUBECONFIG": str(self._kubeconfig_for(source["spec"]["template"]["spec"]["serviceAccountName"])),
+            "LORAFLOW_FILER_URL": self.seaweed.url,
+            "LORAFLOW_FILER_GRPC": f"{self.seaweed.host}:{self.seaweed.ports['filer_grpc']}",
+            "K_SINK": self.broker.url,
+            "LORAFLOW_BROKER_URL": self.broker.url,
+        }
+        out = (self.base / "filer-source.log").open("ab")
+        self._on_stop(out.close, tier=4)
+        self.supervisor.add(SOURCE_PROCESS, lambda: launch_source(env, out))
+        self._on_stop(lambda: self.supervisor.remove(SOURCE_PROCESS), tier=0)  # before the broker
 
     def _start_sources(self) -> None:
         sink = BrokerClient(self.broker.url)
@@ -343,12 +432,35 @@ class Stack:
     def settle(self, timeout: float = 10.0, quiet: float = 0.3) -> bool:
         """Wait until the filer's notifications so far are out, then until the broker had
         nothing in flight for `quiet` s. The barrier is a marker file: the webhook queue has
-        one worker, so once the marker's notification went through, so did every earlier one."""
-        marker = f"/.settle/{secrets.token_hex(8)}"
-        self._http.put(self.seaweed.url + marker, content=b"").raise_for_status()
-        delivered = self.relay.await_key(marker, timeout)
-        self._http.delete(self.seaweed.url + marker)
+        one worker, and the filer source publishes in the log's order, so once the marker's
+        notification went through, so did every earlier one."""
+        delivered = True
+        if self.notifications != "source":
+            marker = f"/.settle/{secrets.token_hex(8)}"
+            self._http.put(self.seaweed.url + marker, content=b"").raise_for_status()
+            delivered = self.relay.await_key(marker, timeout)
+            self._http.delete(self.seaweed.url + marker)
+        if self.notifications != "webhook":
+            delivered = self._source_barrier(timeout) and delivered
         return self.broker.wait_idle(timeout, quiet=quiet) and delivered
+
+    def _source_barrier(self, timeout: float) -> bool:
+        """A marker in the watched layout that no adapter owns (`.settle` is no namespace):
+        its file.changed at the broker means the source published everything before it."""
+        key = f"/loraadapters/.settle/{secrets.token_hex(8)}"
+        filer_path = (f"/buckets/{self.bucket}" if self.storage == "s3" else "") + key
+        seq = max((e["seq"] for e in self.broker.log.since(0)), default=0)
+        self._http.put(self.seaweed.url + filer_path, content=b"").raise_for_status()
+        deadline = time.monotonic() + timeout
+        try:
+            while time.monotonic() < deadline:
+                for entry in self.broker.log.since(seq):
+                    if entry["subject"] == key and entry["outcome"] == "received":
+                        return True
+                time.sleep(0.01)
+            return False
+        finally:
+            self._http.delete(self.seaweed.url + filer_path)
 
     @property
     def core(self) -> client.CoreV1Api:
@@ -372,10 +484,27 @@ class Stack:
             found["s3"] = {"url": self.seaweed.s3_url, "bucket": self.bucket}
         return found
 
+    def processes(self) -> list[dict[str, Any]]:
+        """Every process the stack runs, with its pid: this one, the real SeaweedFS when the
+        stack started it (a shared one belongs to its owner), and the supervised ones (which
+        are started again when they die)."""
+        found: list[dict[str, Any]] = [{"name": "devstack", "pid": os.getpid(), "supervised": False}]
+        if self._shared is None and self.seaweed.pid is not None:
+            found.append({"name": "seaweedfs", "pid": self.seaweed.pid, "supervised": False})
+        found += [{**p, "supervised": True} for p in self.supervisor.processes()]
+        return found
+
     def endpoints(self) -> dict[str, Any]:
         """Everything a client needs, with exactly the keys `serve` writes to endpoints.json."""
         return {
-            "kubernetes": {"url": self.kube.url, "token": self.kube.admin_token},
+            "notifications": self.notifications,
+            "processes": self.processes(),
+            "kubernetes": {
+                "url": self.kube.url,
+                "token": self.kube.admin_token,
+                "certificate_authority": str(self.kube.tls.ca_file) if self.kube.tls else None,
+                "kubeconfig": str(self.admin_kubeconfig),
+            },
             "filer": {"url": self.filer.url},
             "storage": self.storage_endpoints(),
             "broker": {"url": self.broker.url},

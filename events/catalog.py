@@ -13,6 +13,7 @@ from typing import Literal, NamedTuple
 from pydantic import BaseModel
 
 from events import domain, external
+from events.schema_urls import schema_url, slug
 
 HERE = Path(__file__).parent
 SCHEMAS = HERE / "schemas"
@@ -34,11 +35,12 @@ class EventType(NamedTuple):
 
     @property
     def slug(self) -> str:
-        return self.type.replace(".", "_").replace("-", "_")
+        return slug(self.type)
 
     def schema(self) -> dict[str, object]:
-        """The payload's JSON Schema as pydantic generates it (validation mode: what it accepts)."""
-        return {"$id": f"{self.type}.json", **self.payload.model_json_schema()}
+        """The payload's JSON Schema as pydantic generates it (validation mode: what it accepts),
+        identified by the URI it is published at by default (the events' `dataschema`)."""
+        return {"$id": schema_url(self.type), **self.payload.model_json_schema()}
 
 
 CATALOG: tuple[EventType, ...] = (
@@ -46,7 +48,7 @@ CATALOG: tuple[EventType, ...] = (
         domain.FILE_CHANGED,
         domain.FileChanged,
         "emitted",
-        "ingest",
+        "ingest, filer-source",
         "A file under /loraadapters/ changed in storage",
         "full storage path",
     ),
@@ -146,7 +148,14 @@ CATALOG: tuple[EventType, ...] = (
         "A watched object was deleted (data: its last state)",
         "object path",
     ),
-    EventType(external.PING, external.PingData, "consumed", "PingSource", "Periodic resync tick", "-"),
+    EventType(
+        external.PING,
+        external.ResyncTick,
+        "consumed",
+        "PingSource, filer-source",
+        "Periodic resync tick",
+        "-",
+    ),
     EventType(
         external.AWS_SQS,
         external.PingData,

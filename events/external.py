@@ -45,6 +45,15 @@ class PingData(Received):
     """PingSource data: whatever `spec.data` holds; ours sends `{"resync": true}` or nothing."""
 
 
+class ResyncTick(PingData):
+    """A resync tick: the PingSource's (`{"resync": true}` or nothing), or the filer source's
+    when the filer's metadata log no longer covers its cursor (`full: true` and a `reason`):
+    changes may have gone unnoticed, so every admitted adapter's files are looked at again."""
+
+    full: bool = False
+    reason: str | None = Field(default=None, max_length=1024)
+
+
 class SeaweedWebhook(Received):
     """SeaweedFS filer webhook body (not a CloudEvent): `{key, event_type, message}`."""
 

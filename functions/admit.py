@@ -2,15 +2,15 @@
 
 Trigger: `dev.knative.apiserver.resource.add|update` for kind LoRAAdapter (either apiVersion);
     `io.loraflow.adapter.drifted.v1` with extension `loraflowstep=admit`;
-    `dev.knative.apiserver.resource.add` for kind Model: the seed-1 adapters of its namespace
+    `dev.knative.apiserver.resource.add` for kind Model: the vllm adapters of its namespace
     that wait for it (Ready False `ModelNotFound`) are admitted again at once.
-Reads: the adapter (re-read by name; the event data is only a reference); seed 1: the Model
-    `spec.model` in the adapter's namespace; seed 2: the InferenceService of
+Reads: the adapter (re-read by name; the event data is only a reference); vllm: the Model
+    `spec.model` in the adapter's namespace; sglang: the InferenceService of
     `spec.inferenceServiceRef` (namespace defaults to the adapter's).
 Writes: metadata.finalizers += `loraflow.io/unload` (first), then one status write.
-    Seed 1: storageRef.path, observedGeneration, Ready (False `ModelNotFound` /
+    vllm: storageRef.path, observedGeneration, Ready (False `ModelNotFound` /
     `IntegrityPathOutsideAdapter`; Unknown `Admitted` when admission passes and no later
-    step has a verdict yet), phase, ready. Seed 2: Available (True `InferenceServiceReady`;
+    step has a verdict yet), phase, ready. sglang: Available (True `InferenceServiceReady`;
     False `InferenceServiceNotFound` / `RuntimeMismatch`), Error (True with the same reason,
     else False `NoError`; Error reasons set by other steps are left alone).
     A Warning Event is recorded on a transition into a failure reason.
@@ -25,7 +25,7 @@ Outcomes: 200 + admitted; 204 nothing changed / object gone / being deleted (unl
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -33,8 +33,9 @@ from cloudevents.http import CloudEvent
 
 from events.domain import ADAPTER_ADMITTED, ADAPTER_DRIFTED, AdapterAdmitted, AdapterRef
 from events.external import API_ADD, API_UPDATE
-from functions import _edge
-from functions._inputs import adapter_ref, kube_object, stored
+from functions.edge import messages, shell
+from functions.edge.bootstrap import Deps
+from functions.edge.inputs import adapter_ref, kube_object, stored
 from functions.errors import Reject
 from functions.logic import conditions, facts, phase, serving
 from functions.logic.paths import adapter_dir, check_label, check_subdomain, is_under
@@ -72,8 +73,8 @@ def model_name_valid(model: str) -> bool:
     return _valid(check_subdomain, model)
 
 
-def decide_rackai(adapter: LoRAAdapter, model_exists: bool, now: datetime) -> LoRAAdapterStatus:
-    """The whole seed-1 status after admission (other steps' fields kept as they are)."""
+def decide_vllm(adapter: LoRAAdapter, model_exists: bool, now: datetime) -> LoRAAdapterStatus:
+    """The whole vllm status after admission (other steps' fields kept as they are)."""
     meta = adapter.metadata
     namespace, name, model = meta.namespace or "", meta.name or "", adapter.spec.model
     status = adapter.status or LoRAAdapterStatus()
@@ -84,7 +85,7 @@ def decide_rackai(adapter: LoRAAdapter, model_exists: bool, now: datetime) -> Lo
             directory = adapter_dir(namespace, model, name)
         except Reject:
             directory = None
-    declared_md5s = (adapter.spec.integrity.md5 or {}) if adapter.spec.integrity else {}
+    declared_md5s = adapter.declared_md5s()
     declared = sorted(declared_md5s)
     outside = [k for k in declared if directory is None or not is_under(k, directory)]
 
@@ -153,7 +154,7 @@ def decide_rackai(adapter: LoRAAdapter, model_exists: bool, now: datetime) -> Lo
 def decide_sglang(
     adapter: SGLangAdapter, target: InferenceService | None, now: datetime, roots: Sequence[str] = ("/",)
 ) -> SGLangAdapterStatus:
-    """The whole seed-2 status after admission: Available and (admit's part of) Error.
+    """The whole sglang status after admission: Available and (admit's part of) Error.
 
     Consent and paths are the serving planner's rules (functions/logic/serving.py): an
     InferenceService in another namespace must accept this one, and spec.path must be absolute,
@@ -200,16 +201,17 @@ def accepted(target: InferenceService, namespace: str) -> bool:
 
 
 # -- shell -----------------------------------------------------------------------------------
-def _deleting(obj: Obj) -> bool:
-    return bool((obj.get("metadata") or {}).get("deletionTimestamp"))
+def _verdict(kind: Kind, obj: Obj | None) -> Mapping[str, Any] | None:
+    """The adapter's Ready (vllm) or Available (sglang) condition."""
+    return (
+        None
+        if obj is None
+        else facts.condition(obj, phase.READY if kind == VLLM_ADAPTER else phase.AVAILABLE)
+    )
 
 
 def _ready_reason(kind: Kind, obj: Obj | None) -> str | None:
-    if obj is None:
-        return None
-    conds = (obj.get("status") or {}).get("conditions") or []
-    want = phase.READY if kind == VLLM_ADAPTER else phase.AVAILABLE
-    found = next((c for c in conds if isinstance(c, dict) and c.get("type") == want), None)
+    found = _verdict(kind, obj)
     return None if found is None or found.get("status") == "True" else str(found.get("reason"))
 
 
@@ -217,7 +219,7 @@ def _parse(kind: Kind, obj: Obj) -> LoRAAdapter | SGLangAdapter:
     return stored(LoRAAdapter, obj) if kind == VLLM_ADAPTER else stored(SGLangAdapter, obj)
 
 
-def handle(event: CloudEvent, deps: _edge.Deps) -> CloudEvent | None:
+def handle(event: CloudEvent, deps: Deps) -> CloudEvent | None:
     if event["type"] == ADAPTER_DRIFTED:
         ref = adapter_ref(event)
         return admit_one(deps, ADAPTER_KINDS[ref.api_version], ref.namespace, ref.name)
@@ -226,34 +228,34 @@ def handle(event: CloudEvent, deps: _edge.Deps) -> CloudEvent | None:
     if kind == MODEL and event["type"] == API_ADD:
         on_model(deps, obj)
         return None
-    if kind is None or kind not in ADAPTER_KINDS.values() or _deleting(obj):
+    if kind is None or kind not in ADAPTER_KINDS.values() or facts.deleting(obj):
         return None
     return admit_one(deps, kind, obj["metadata"]["namespace"], obj["metadata"]["name"])
 
 
-def on_model(deps: _edge.Deps, model: Obj) -> None:
-    """A Model appeared: admit again the seed-1 adapters of its namespace that wait for it,
+def on_model(deps: Deps, model: Obj) -> None:
+    """A Model appeared: admit again the vllm adapters of its namespace that wait for it,
     publishing each admitted event (the resync tick would have found them later)."""
     namespace, name = model["metadata"]["namespace"], model["metadata"]["name"]
     for adapter in deps.kube.iter(VLLM_ADAPTER, namespace):
-        waits = (adapter.get("spec") or {}).get("model") == name
+        waits = facts.spec(adapter).get("model") == name
         if waits and _ready_reason(VLLM_ADAPTER, adapter) == phase.MODEL_NOT_FOUND:
             admitted = admit_one(deps, VLLM_ADAPTER, namespace, adapter["metadata"]["name"])
             if admitted is not None:
                 deps.broker.publish(admitted)
 
 
-def admit_one(deps: _edge.Deps, kind: Kind, namespace: str, name: str) -> CloudEvent | None:
+def admit_one(deps: Deps, kind: Kind, namespace: str, name: str) -> CloudEvent | None:
     """Finalizer, then the status admission decides; the admitted event when either changed."""
     kube = deps.kube
     obj = kube.get(kind, namespace, name)
-    if obj is None or _deleting(obj):
+    if obj is None or facts.deleting(obj):
         return None
     now = deps.clock()
 
     def finalizers(current: Obj) -> list[str] | None:
-        present = list((current.get("metadata") or {}).get("finalizers") or [])
-        return None if _deleting(current) or FINALIZER in present else [*present, FINALIZER]
+        present = list(facts.meta(current).get("finalizers") or [])
+        return None if facts.deleting(current) or FINALIZER in present else [*present, FINALIZER]
 
     added = kube.write_finalizers(kind, namespace, name, finalizers)
     if added is None:
@@ -265,14 +267,14 @@ def admit_one(deps: _edge.Deps, kind: Kind, namespace: str, name: str) -> CloudE
 
     def desired(current: Obj) -> Obj | None:
         seen["before"] = current
-        if _deleting(current):
+        if facts.deleting(current):
             return None
         adapter = _parse(kind, current)
         if isinstance(adapter, LoRAAdapter):
             model = adapter.spec.model
             if model not in models:
                 models[model] = model_name_valid(model) and kube.get(MODEL, namespace, model) is not None
-            return adapter_status_wire(decide_rackai(adapter, models[model], now))
+            return adapter_status_wire(decide_vllm(adapter, models[model], now))
         ref = adapter.spec.inference_service_ref
         key = (ref.namespace or namespace, ref.name)
         if key not in services:
@@ -293,11 +295,11 @@ def admit_one(deps: _edge.Deps, kind: Kind, namespace: str, name: str) -> CloudE
         kube.record_event(written.obj, "Warning", after, message, NAME, now)
     if not (written.changed or added.changed):
         return None
-    generation = int((written.obj.get("metadata") or {}).get("generation") or 0)
+    generation = int(facts.meta(written.obj).get("generation") or 0)
     ref_out = AdapterRef.model_validate(
         {"apiVersion": kind.api_version, "namespace": namespace, "name": name}
     )
-    return _edge.reply(
+    return messages.reply(
         ADAPTER_ADMITTED,
         NAME,
         kind.path(namespace, name),
@@ -310,11 +312,8 @@ def adapter_status_wire(status: LoRAAdapterStatus | SGLangAdapterStatus) -> Obj:
 
 
 def _condition_message(kind: Kind, obj: Obj) -> str:
-    want = phase.READY if kind == VLLM_ADAPTER else phase.AVAILABLE
-    for c in (obj.get("status") or {}).get("conditions") or []:
-        if isinstance(c, dict) and c.get("type") == want:
-            return str(c.get("message") or "")
-    return ""
+    found = _verdict(kind, obj)
+    return str(found.get("message") or "") if found is not None else ""
 
 
-admit = _edge.function(NAME, ACCEPTS, handle)
+admit = shell.function(NAME, ACCEPTS, handle)

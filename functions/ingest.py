@@ -12,13 +12,15 @@ Replies: `io.loraflow.file.changed.v1` (subject = the full path; for a rename th
     new path) for files under /loraadapters/. With the S3 backend the filer notifies the S3
     gateway's writes under its bucket folder (`/buckets/<bucket>/<key>`), so that prefix is
     taken off first: `/buckets/loraadapters/loraadapters/ns/m/a/f` is `/loraadapters/ns/m/a/f`.
+    The mapping is functions.logic.file_events, shared with the filer source
+    (functions.filer_source), so both send the same payload for the same change.
     The webhook is not delivered by the Broker, so there the event is published to the Broker
     (`K_SINK` / `LORAFLOW_BROKER_URL`) and the answer is 204; without a broker URL it is
     returned in the response.
 Outcomes: 200 + file.changed; 204 a directory, or a well-formed notification for a path we
     cannot map to the adapter layout (the filer notifies about everything: logged once per
-    top folder, never an error); 400 undecodable body or protobuf (the message says which
-    field), a path that is not normalised (`..`, `.`, `//`, percent-encoded dots or slashes,
+    top folder, never an error); 400 undecodable body or protobuf (the message says what was
+    tried), a path that is not normalised (`..`, `.`, `//`, percent-encoded dots or slashes,
     NUL); 401 webhook without the right bearer token; 503 the Broker could not be reached
     within `LORAFLOW_PUBLISH_BUDGET` seconds (webhook only).
 Delivery: SeaweedFS 4.48's webhook queue makes ONE attempt per event (its `max_retries` does
@@ -36,8 +38,6 @@ import binascii
 import hmac
 import json
 import logging
-import posixpath
-import threading
 import time
 from collections.abc import Callable
 from typing import Any
@@ -48,9 +48,11 @@ from pydantic import ValidationError
 
 from events.domain import FILE_CHANGED, FileChanged
 from events.external import AWS_SQS, SeaweedWebhook
-from functions import _edge
+from functions.edge import messages, shell
+from functions.edge.bootstrap import Deps
 from functions.errors import Reject, Retryable, Unauthorized, WebhookNotConfigured, problems
-from functions.logic.paths import STORAGE_ROOT, is_under
+from functions.logic import file_events
+from functions.logic.file_events import check_path
 from functions.logic.seaweed_event import (
     FileChange,
     InvalidNotification,
@@ -66,69 +68,19 @@ from functions.settings import Settings
 
 NAME = "ingest"
 ACCEPTS = (AWS_SQS,)
-_ENCODED = ("%2e", "%2f", "%5c", "%00")
 log = logging.getLogger("loraflow.ingest")
 
 
 # -- pure ------------------------------------------------------------------------------------
-def check_path(path: str, what: str) -> str:
-    """Reject a path that is not absolute and normalised (no traversal in any spelling)."""
-    lowered = path.lower()
-    if "\x00" in path:
-        raise Reject(f"{what} {path!r} contains a NUL byte")
-    if any(code in lowered for code in _ENCODED):
-        raise Reject(f"{what} {path!r} contains percent-encoded dots, slashes or NUL")
-    if not path.startswith("/"):
-        raise Reject(f"{what} {path!r} is not absolute")
-    if path != "/" and posixpath.normpath(path) != path:
-        raise Reject(f"{what} {path!r} is not normalised ('.', '..', '//' or a trailing slash)")
-    return path
-
-
-def bucket_dir(buckets_dir: str, bucket: str) -> str:
-    """The filer folder of an S3 bucket (weed/s3api: `<buckets folder>/<bucket>`)."""
-    return posixpath.join(buckets_dir, bucket)
-
-
-def storage_path(path: str, folder: str | None) -> str | None:
-    """The path in our storage layout of a notified filer path, or None when it has none.
-
-    `folder` is the S3 bucket's filer folder (S3 backend) or None (filer backend: the filer
-    path is the storage path). An S3 key `loraadapters/ns/m/a/f` is stored as
-    `<folder>/loraadapters/ns/m/a/f` and is the storage path `/loraadapters/ns/m/a/f`."""
-    if folder is None:
-        return path
-    if is_under(path, folder):
-        return path[len(folder.rstrip("/")) :]
-    return None
-
-
-def file_changed(change: FileChange, folder: str | None = None) -> FileChanged | None:
-    """Our payload for a classified notification; None when it is none of our business."""
-    check_path(change.path, "notification path")
-    if change.new_path is not None:
-        check_path(change.new_path, "notification new path")
-    if change.is_directory:
-        return None
-    md5 = change.md5_hex if change.md5_hex and len(change.md5_hex) == 32 else None
-    path = storage_path(change.path, folder)
-    new_path = storage_path(change.new_path, folder) if change.new_path is not None else None
+def _latin1_text(data: bytes) -> bool:
+    """UTF-8 whose every character is below U+0100 and some above U+007F: text that carried
+    one byte per character (a latin-1 transport). Raw protobuf is that only by accident, and
+    then its latin-1 reading fails (a lone byte >= 0x80 is not UTF-8 in a string field)."""
     try:
-        if path is not None and is_under(path, STORAGE_ROOT):
-            return FileChanged(
-                path=path,
-                event_type=change.event_type,
-                new_path=new_path if new_path is not None else change.new_path,
-                size=change.size,
-                md5=md5,
-            )
-        if new_path is not None and is_under(new_path, STORAGE_ROOT):
-            return FileChanged(path=new_path, event_type="create", size=change.size, md5=md5)
-    except ValidationError as err:
-        raise Reject(
-            f"notification for {change.path!r} is not a valid file.changed: {problems(err)}"
-        ) from err
-    return None
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return all(ord(c) < 0x100 for c in text) and any(ord(c) >= 0x80 for c in text)
 
 
 def decode_sqs_data(data: Any) -> Notification:
@@ -137,12 +89,18 @@ def decode_sqs_data(data: Any) -> Notification:
         raise Reject("aws-sqs event has no data (expected protobuf EventNotification bytes)")
     errors: list[str] = []
     if isinstance(data, bytes | bytearray):
+        raw = bytes(data)
+        if _latin1_text(raw):  # the protobuf runtime would read these bytes as raw too, wrongly
+            try:
+                return decode_sqs_body(raw.decode("utf-8"))
+            except ProtoDecodeError as err:
+                errors.append(f"as latin-1 text: {err}")
         try:
-            return decode_event_notification(bytes(data))
+            return decode_event_notification(raw)
         except ProtoDecodeError as err:
             errors.append(f"as raw protobuf bytes: {err}")
         try:  # a text transport: base64, or the latin-1/UTF-8 text of the bytes
-            data = bytes(data).decode("utf-8")
+            data = raw.decode("utf-8")
         except UnicodeDecodeError:
             raise Reject("aws-sqs data is not a protobuf EventNotification: " + "; ".join(errors)) from None
     if not isinstance(data, str):
@@ -150,12 +108,12 @@ def decode_sqs_data(data: Any) -> Notification:
             f"aws-sqs data is a JSON {type(data).__name__}; expected protobuf EventNotification bytes"
         )
     try:
-        raw = base64.b64decode(data, validate=True)
+        decoded = base64.b64decode(data, validate=True)
     except (binascii.Error, ValueError):
-        raw = None
-    if raw:
+        decoded = None
+    if decoded:
         try:
-            return decode_event_notification(raw)
+            return decode_event_notification(decoded)
         except ProtoDecodeError as err:
             errors.append(f"as base64: {err}")
     try:
@@ -185,38 +143,16 @@ def _classify(key: str, notification: Notification) -> FileChange:
 
 
 def _event(payload: FileChanged) -> CloudEvent:
-    return _edge.reply(FILE_CHANGED, NAME, payload.path, payload)
+    return messages.reply(FILE_CHANGED, NAME, payload.path, payload)
 
 
-def top_folder(path: str) -> str:
-    """`/a/b/c` -> `/a`: how unmapped notifications are grouped in the log."""
-    return "/" + path.strip("/").split("/", 1)[0]
-
-
-class _Once:
-    """Remembers what was logged already (bounded: a hostile filer cannot grow it forever)."""
-
-    def __init__(self, limit: int = 1024) -> None:
-        self._seen: set[str] = set()
-        self._limit = limit
-        self._lock = threading.Lock()
-
-    def first(self, key: str) -> bool:
-        with self._lock:
-            if key in self._seen or len(self._seen) >= self._limit:
-                return False
-            self._seen.add(key)
-            return True
-
-
-_UNMAPPED = _Once()
+_UNMAPPED = file_events.Once()
 
 
 def _changed(change: FileChange, settings: Settings) -> FileChanged | None:
-    folder = bucket_dir(settings.s3_buckets_dir, settings.s3_bucket) if settings.storage == "s3" else None
-    payload = file_changed(change, folder)
+    payload = file_events.file_changed(change, file_events.bucket_folder(settings))
     if payload is None and not change.is_directory:
-        where = top_folder(change.path)
+        where = file_events.top_folder(change.path)
         if _UNMAPPED.first(where):
             log.info(
                 "ignoring notifications under %s: not the adapter layout of the %s backend",
@@ -253,7 +189,7 @@ def publish_with_retry(
 
 
 # -- shell -----------------------------------------------------------------------------------
-def handle(event: CloudEvent, deps: _edge.Deps) -> CloudEvent | None:
+def handle(event: CloudEvent, deps: Deps) -> CloudEvent | None:
     notification = decode_sqs_data(event.get_data())
     key = key_of(notification, event.get("key"))
     check_path(key, "notification key")
@@ -261,7 +197,7 @@ def handle(event: CloudEvent, deps: _edge.Deps) -> CloudEvent | None:
     return _event(payload) if payload is not None else None
 
 
-def webhook(request: flask.Request, deps: _edge.Deps) -> CloudEvent | None:
+def webhook(request: flask.Request, deps: Deps) -> CloudEvent | None:
     token = deps.settings.webhook_token
     if token is None or not token.get_secret_value():
         # an open webhook lets anyone inject file.changed events: refuse until one is set
@@ -273,7 +209,7 @@ def webhook(request: flask.Request, deps: _edge.Deps) -> CloudEvent | None:
     given = (request.headers.get("Authorization") or "").encode()
     if not hmac.compare_digest(given, expected):
         raise Unauthorized("webhook request without the expected bearer token")
-    body = _edge.body_of(request)
+    body = messages.body_of(request)
     try:
         message = SeaweedWebhook.model_validate(json.loads(body))
     except ValidationError as err:
@@ -297,4 +233,4 @@ def webhook(request: flask.Request, deps: _edge.Deps) -> CloudEvent | None:
     return event
 
 
-ingest = _edge.function(NAME, ACCEPTS, handle, webhook=webhook)
+ingest = shell.function(NAME, ACCEPTS, handle, webhook=webhook)

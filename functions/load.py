@@ -34,10 +34,11 @@ from events.domain import (
     PodFailure,
 )
 from events.external import API_ADD, API_DELETE, API_TYPES, API_UPDATE
-from functions import _edge, _inputs
 from functions.adapters import fleet
 from functions.adapters.fleet import Request
+from functions.edge import inputs, messages, shell
 from functions.edge.bootstrap import Deps
+from functions.edge.messages import Reply
 from functions.errors import EngineUnavailable, Retryable
 from functions.logic.serving import AdapterKey
 
@@ -49,22 +50,22 @@ ACCEPTS = (ADAPTER_READY, ADAPTER_ADMITTED, ADAPTER_DRIFTED, API_ADD, API_UPDATE
 def request_for(event: CloudEvent) -> Request | None:
     """What this event asks load to reconcile (None: not load's business)."""
     if event["type"] in API_TYPES:
-        obj = _inputs.kube_object(event)
-        deleted = _inputs.is_deleted(event)
-        if _inputs.is_pod(obj):
+        obj = inputs.kube_object(event)
+        deleted = inputs.is_deleted(event)
+        if inputs.is_pod(obj):
             # a pod that starts or turns Ready is reload's; a deleted one lowers its target's count
-            target = _inputs.serving_target(obj)
+            target = inputs.serving_target(obj)
             return Request(targets=frozenset({target})) if deleted and target is not None else None
-        target = _inputs.target_key(obj)
+        target = inputs.target_key(obj)
         return Request(targets=frozenset({target})) if target is not None and not deleted else None
     if event["type"] == ADAPTER_DRIFTED and event.get(STEP_EXTENSION) != "load":
         return None
-    key = _inputs.adapter_key(_inputs.adapter_ref(event))
+    key = inputs.adapter_key(inputs.adapter_ref(event))
     # just verified or admitted: no pod should have it yet, so load without listing first
     return Request(adapters=frozenset({key}), listings=event["type"] == ADAPTER_DRIFTED)
 
 
-def handle(event: CloudEvent, deps: Deps) -> _edge.Reply:
+def handle(event: CloudEvent, deps: Deps) -> Reply:
     request = request_for(event)
     if request is None:
         return None
@@ -90,15 +91,17 @@ def loaded_event(deps: Deps, result: fleet.Result, key: AdapterKey) -> CloudEven
         for failing_key, _, pod in result.failing()
         if failing_key == key
     ]
-    ref, subject, pods = _inputs.ref_of(key), _inputs.subject_of(key), list(reported.report.loaded_now)
+    ref, subject, pods = inputs.ref_of(key), inputs.subject_of(key), list(reported.report.loaded_now)
     try:
         deps.broker.publish(
-            _edge.reply(ADAPTER_LOADED, NAME, subject, AdapterLoaded(adapter=ref, pods=pods, failed=failed))
+            messages.reply(
+                ADAPTER_LOADED, NAME, subject, AdapterLoaded(adapter=ref, pods=pods, failed=failed)
+            )
         )
     except Retryable as err:
         log.warning("Could not publish the deprecated adapter.loaded.v1", extra={"error": str(err)})
     data = AdapterLoadedV2(adapter=ref, file_set=adapter.file_set, pods=pods, failed=failed)
-    return _edge.reply(ADAPTER_LOADED_V2, NAME, subject, data)
+    return messages.reply(ADAPTER_LOADED_V2, NAME, subject, data)
 
 
-load = _edge.function(NAME, ACCEPTS, handle)
+load = shell.function(NAME, ACCEPTS, handle)

@@ -13,9 +13,11 @@ from __future__ import annotations
 
 import bisect
 import math
+import os
+import resource
 import threading
 from collections.abc import Sequence
-from typing import Any, ClassVar, Generic, TypeVar
+from typing import ClassVar, Generic, Protocol, TypeVar
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
@@ -151,11 +153,80 @@ class Histogram(Family[HistogramValue]):
         return HistogramValue(self._bounds)
 
 
+class ProcessCollector:
+    """The standard `process_*` metrics of the process serving them, under prometheus_client's
+    names, types and units (its ProcessCollector, which dashboards and alerts expect): CPU
+    seconds, resident and virtual memory, start time, open and maximum file descriptors.
+    Read from /proc/self at scrape time, so a start pays nothing; without /proc, none."""
+
+    name = "process"
+
+    def __init__(self, registry: Registry, proc: str = "/proc") -> None:
+        self._proc = proc
+        self._ticks = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+        self._page = resource.getpagesize()
+        self._boot: float | None = None
+        registry.register(self)
+
+    def _boot_time(self) -> float:
+        if self._boot is None:
+            with open(f"{self._proc}/stat", encoding="ascii") as stat:
+                self._boot = next(float(line.split()[1]) for line in stat if line.startswith("btime"))
+        return self._boot
+
+    def text(self) -> list[str]:
+        try:
+            with open(f"{self._proc}/self/stat", encoding="ascii", errors="replace") as stat:
+                # after the command name in parentheses (which may hold spaces): state is field 3
+                fields = stat.read().rpartition(")")[2].split()
+            open_fds = len(os.listdir(f"{self._proc}/self/fd"))
+            boot = self._boot_time()
+        except (OSError, StopIteration, ValueError):
+            return []
+        utime, stime = float(fields[11]), float(fields[12])
+        start, vsize, rss = float(fields[19]), float(fields[20]), float(fields[21])
+        samples = [
+            ("process_virtual_memory_bytes", "gauge", "Virtual memory size in bytes.", vsize),
+            ("process_resident_memory_bytes", "gauge", "Resident memory size in bytes.", rss * self._page),
+            (
+                "process_start_time_seconds",
+                "gauge",
+                "Start time of the process since unix epoch in seconds.",
+                boot + start / self._ticks,
+            ),
+            (
+                "process_cpu_seconds_total",
+                "counter",
+                "Total user and system CPU time spent in seconds.",
+                (utime + stime) / self._ticks,
+            ),
+            ("process_open_fds", "gauge", "Number of open file descriptors.", float(open_fds)),
+            (
+                "process_max_fds",
+                "gauge",
+                "Maximum number of open file descriptors.",
+                float(resource.getrlimit(resource.RLIMIT_NOFILE)[0]),
+            ),
+        ]
+        lines: list[str] = []
+        for name, kind, documentation, value in samples:
+            lines += [f"# HELP {name} {documentation}", f"# TYPE {name} {kind}", f"{name} {number(value)}"]
+        return lines
+
+
+class Collector(Protocol):
+    """What a Registry exposes: one name (unique) and its text lines."""
+
+    name: str
+
+    def text(self) -> list[str]: ...
+
+
 class Registry:
     def __init__(self) -> None:
-        self._families: list[Family[Any]] = []
+        self._families: list[Collector] = []
 
-    def register(self, family: Family[Any]) -> None:
+    def register(self, family: Collector) -> None:
         if any(f.name == family.name for f in self._families):
             raise ValueError(f"metric {family.name} is registered already")
         self._families.append(family)

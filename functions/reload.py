@@ -20,10 +20,11 @@ from cloudevents.http import CloudEvent
 
 from events.domain import POD_RELOADED, PodFailure, PodReloaded
 from events.external import API_ADD, API_UPDATE
-from functions import _edge, _inputs
 from functions.adapters import fleet
 from functions.adapters.fleet import Request
+from functions.edge import inputs, messages, shell
 from functions.edge.bootstrap import Deps
+from functions.edge.messages import Reply
 from functions.errors import EngineUnavailable
 from functions.logic import reasons
 from functions.resources.kinds import POD
@@ -33,13 +34,13 @@ ACCEPTS = (API_ADD, API_UPDATE)
 LOADED = (reasons.POD_LOADED, reasons.POD_REPLACED)
 
 
-def handle(event: CloudEvent, deps: Deps) -> _edge.Reply:
-    obj = _inputs.kube_object(event)
-    if not _inputs.is_pod(obj):
+def handle(event: CloudEvent, deps: Deps) -> Reply:
+    obj = inputs.kube_object(event)
+    if not inputs.is_pod(obj):
         return None
     namespace, name = obj["metadata"]["namespace"], obj["metadata"]["name"]
     pod = deps.kube.get(POD, namespace, name)
-    target = _inputs.serving_target(pod) if pod is not None else None
+    target = inputs.serving_target(pod) if pod is not None else None
     if pod is None or target is None:
         return None
     ep = fleet.endpoint_of(deps, pod, target)
@@ -65,7 +66,7 @@ def handle(event: CloudEvent, deps: Deps) -> _edge.Reply:
         return None
     failed = [PodFailure(pod=name, reason=p.reason, message=p.message) for _, _, p in failing]
     data = PodReloaded(namespace=namespace, pod=name, adapters=loaded, failed=failed)
-    return _edge.reply(POD_RELOADED, NAME, POD.path(namespace, name), data)
+    return messages.reply(POD_RELOADED, NAME, POD.path(namespace, name), data)
 
 
-reload = _edge.function(NAME, ACCEPTS, handle)
+reload = shell.function(NAME, ACCEPTS, handle)

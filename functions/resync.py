@@ -1,6 +1,9 @@
 """resync: the periodic safety net. Finds drift and publishes one nudge per (adapter, step).
 
-Trigger: `dev.knative.sources.ping`.
+Trigger: `dev.knative.sources.ping`, from the PingSource or from the filer source; data
+`{"full": true, "reason": ...}` (the filer source, when the filer's metadata log no longer
+covers its cursor) adds a stat nudge for every admitted seed-1 adapter, Ready ones included:
+their files may have changed unnoticed.
 Reads: ModelDeployments, InferenceServices and serving Pods (`loraflow.io/serving=true`), held
 for the tick (targets and pods are few); the adapters of both kinds page by page
 (`LORAFLOW_LIST_PAGE_SIZE`), never all at once; one `GET /v1/models` per Ready pod (fanned out),
@@ -27,11 +30,12 @@ from typing import Any, NamedTuple
 from cloudevents.http import CloudEvent
 
 from events.domain import ADAPTER_DRIFTED, STEP_EXTENSION, AdapterDrifted, AdapterRef
-from events.external import PING, PingData
-from functions import _edge, _inputs
-from functions._edge import Deps
+from events.external import PING, ResyncTick
 from functions.adapters import fleet
 from functions.adapters.concurrency import bounded_map
+from functions.edge import inputs, messages, shell
+from functions.edge.bootstrap import Deps
+from functions.edge.messages import Reply
 from functions.logic import drift, facts
 from functions.logic.pods import Endpoint
 from functions.logic.serving import AdapterKey, TargetKey
@@ -51,12 +55,14 @@ ACCEPTS = (PING,)
 Obj = dict[str, Any]
 
 
-def handle(event: CloudEvent, deps: Deps) -> _edge.Reply:
+def handle(event: CloudEvent, deps: Deps) -> Reply:
+    tick = ResyncTick()
     if event.get_data() not in (None, b"", ""):
-        _edge.data_as(event, PingData)  # a tick carries an object or nothing; garbage is a 400
+        tick = messages.data_as(event, ResyncTick)  # an object or nothing; garbage is a 400
+    restat = (tick.reason or "storage notifications may have been lost") if tick.full else None
     width = deps.settings.load_concurrency
     for snapshot in shards(deps):
-        nudges = drift.drift(snapshot, deps.settings.mount_root)
+        nudges = drift.drift(snapshot, deps.settings.mount_root, restat=restat)
         # a shard's nudges side by side: each is one POST to the Broker, which answers slower
         # than the planner judges the next shard
         bounded_map(nudges, lambda nudge: deps.broker.publish(to_event(nudge)), width)
@@ -82,7 +88,7 @@ def hold(deps: Deps) -> Held:
     }
     pods: dict[TargetKey, list[Endpoint]] = defaultdict(list)
     for pod in kube.iter(POD, None, f"{SERVING_LABEL}=true", page_size=page):
-        target = _inputs.serving_target(pod)
+        target = inputs.serving_target(pod)
         ep = fleet.endpoint_of(deps, pod, target) if target is not None else None
         if ep is not None and target is not None:
             pods[target].append(ep)
@@ -321,7 +327,7 @@ def to_event(nudge: drift.Nudge) -> CloudEvent:
     )
     data = AdapterDrifted.model_validate({"adapter": ref, "step": nudge.step, "reason": nudge.reason})
     subject = ADAPTER_KINDS[nudge.api_version].path(nudge.namespace, nudge.name)
-    return _edge.reply(ADAPTER_DRIFTED, NAME, subject, data, {STEP_EXTENSION: nudge.step})
+    return messages.reply(ADAPTER_DRIFTED, NAME, subject, data, {STEP_EXTENSION: nudge.step})
 
 
-resync = _edge.function(NAME, ACCEPTS, handle)
+resync = shell.function(NAME, ACCEPTS, handle)

@@ -14,6 +14,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError
 
+from events.schema_urls import DEFAULT_SCHEMA_BASE_URL
+
 ENV_PREFIX = "LORAFLOW_"
 FALLBACKS = {"broker_url": "K_SINK", "kubeconfig": "KUBECONFIG"}
 """Variables that others set (Knative's SinkBinding, kubectl's convention), read when ours are unset."""
@@ -63,6 +65,21 @@ class Settings(BaseModel):
     """Seconds ingest keeps retrying a publish to the Broker before it answers the filer 503."""
     broker_url: str | None = None
     kubeconfig: str | None = None
+    schema_base_url: str = Field(default=DEFAULT_SCHEMA_BASE_URL, pattern=r"^https?://[^/]+")
+    # The filer source (python -m functions.filer_source); the steps never read these.
+    filer_grpc: str | None = Field(default=None, pattern=r"^[^\s/]+:\d{1,5}$")
+    """`host:port` of the filer's gRPC API; unset: the filer URL's host, its port + 10000."""
+    source_lease: str = Field(
+        default="loraflow/loraflow-filer-source",
+        pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?/[a-z0-9]([-.a-z0-9]*[a-z0-9])?$",
+    )
+    """`namespace/name` of the Lease whose annotations keep the source's cursor."""
+    source_checkpoint: float = Field(default=1.0, gt=0, le=60)
+    """Seconds between two writes of the cursor (a crash replays at most that much, and a
+    heartbeat's 5 s when the log is quiet: duplicates only)."""
+    source_stall: float = Field(default=30.0, ge=6, le=600)
+    """Seconds without any response (the filer sends a heartbeat every 5 s) before the source
+    takes the subscription for dead and subscribes again."""
 
     def sglang_root_paths(self) -> tuple[str, ...]:
         """`sglang_roots` as absolute paths ("/" when none is given)."""

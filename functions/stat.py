@@ -2,7 +2,7 @@
 
 Trigger: `io.loraflow.adapter.admitted.v1`; `io.loraflow.file.changed.v1` (subject = the
     full storage path); `io.loraflow.adapter.drifted.v1` with `loraflowstep=stat`.
-Reads: the seed-1 adapter (re-read; for file.changed the adapter is found from the path
+Reads: the vllm adapter (re-read; for file.changed the adapter is found from the path
     `/loraadapters/{ns}/{model}/{name}/...` and must have that `spec.model`); storage
     (`stat_dir` of `status.storageRef.path`, else the computed directory).
 Writes: one status write: files [{path, size}], size (BinarySI Quantity of the total,
@@ -14,7 +14,7 @@ Writes: one status write: files [{path, size}], size (BinarySI Quantity of the t
     `StatusFilesTruncated` says so when the observation changes.
 Replies: `io.loraflow.adapter.statcompleted.v1` when the observation changed, and always on a
     resync nudge (which means a verify was lost).
-Outcomes: 200 + statcompleted; 204 nothing changed / seed-2 adapter / no adapter at that
+Outcomes: 200 + statcompleted; 204 nothing changed / sglang adapter / no adapter at that
     path / adapter gone or being deleted; 400 a path not normalised or not under
     /loraadapters/, malformed event; 503 storage or Kubernetes API unavailable (status is
     left untouched: never a half-true observation).
@@ -37,10 +37,11 @@ from events.domain import (
     AdapterStatCompleted,
     FileChanged,
 )
-from functions import _edge
-from functions._inputs import adapter_ref, stored
-from functions.errors import Reject
-from functions.logic import conditions, phase
+from functions.edge import messages, shell
+from functions.edge.bootstrap import Deps
+from functions.edge.inputs import adapter_ref, stored
+from functions.errors import KubeRefused, Reject
+from functions.logic import conditions, facts, phase, reasons
 from functions.logic.paths import STORAGE_ROOT, adapter_dir, adapter_of_path, check_storage_path, is_under
 from functions.logic.quantity import format_bytes
 from functions.resources.kinds import VLLM_ADAPTER
@@ -58,30 +59,50 @@ if TYPE_CHECKING:  # the storage adapter (httpx, urllib3) is imported when a han
 NAME = "stat"
 ACCEPTS = (ADAPTER_ADMITTED, FILE_CHANGED, ADAPTER_DRIFTED)
 OBSERVATION = ("files", "size", "integrity")
-TRUNCATED = "StatusFilesTruncated"
+TRUNCATED = reasons.EVENT_FILES_TRUNCATED
 
 Obj = dict[str, Any]
 
 
 # -- pure ------------------------------------------------------------------------------------
-def recorded(adapter: LoRAAdapter, listing: Sequence[StoredFile], max_files: int) -> list[StoredFile]:
-    """The files the status records, in path order: every declared one, then the others.
+STATUS_BYTES = 512 << 10
+"""What the recorded files may cost in a status (each path twice, an MD5, sizes): a third of
+etcd's 1.5 MiB default request limit, whatever the count (450 files of 1.7 KB paths are over)."""
+FILE_OVERHEAD = 96
+"""JSON around one file in `files` and `integrity.files` besides its path (twice)."""
+
+
+def recorded(
+    adapter: LoRAAdapter, listing: Sequence[StoredFile], max_files: int, max_bytes: int = STATUS_BYTES
+) -> list[StoredFile]:
+    """The files the status records, in path order: every declared one, then the others, at
+    most `max_files` and `max_bytes` of them.
 
     A status is stored whole in etcd, whose requests are at most 1.5 MiB by default: each
     file costs ~100-300 bytes twice (files and integrity.files), so 10,000 files would make
     the API server refuse every write (500 "etcdserver: request is too large"). Verify needs
     only the declared files, which the spec itself bounds.
     """
-    declared = set((adapter.spec.integrity.md5 if adapter.spec.integrity else None) or {})
+    declared = set(adapter.declared_md5s())
     ordered = sorted(listing, key=lambda f: f.path)
     chosen = [f for f in ordered if f.path in declared]
-    room = max(0, max_files - len(chosen))
-    chosen += [f for f in ordered if f.path not in declared][:room]
+    budget = max_bytes - sum(2 * len(f.path) + FILE_OVERHEAD for f in chosen)
+    for f in ordered:
+        if len(chosen) >= max_files:
+            break
+        cost = 2 * len(f.path) + FILE_OVERHEAD
+        if f.path not in declared and cost <= budget:
+            chosen.append(f)
+            budget -= cost
     return sorted(chosen, key=lambda f: f.path)
 
 
 def decide(
-    adapter: LoRAAdapter, listing: Sequence[StoredFile], now: datetime, max_files: int = 1000
+    adapter: LoRAAdapter,
+    listing: Sequence[StoredFile],
+    now: datetime,
+    max_files: int = 1000,
+    max_bytes: int = STATUS_BYTES,
 ) -> LoRAAdapterStatus:
     """The whole status with the new storage observation.
 
@@ -90,7 +111,7 @@ def decide(
     verify has not ruled on. The pods keep serving the verified set (status.fileSet) meanwhile.
     """
     status = adapter.status or LoRAAdapterStatus()
-    files = recorded(adapter, listing, max_files)
+    files = recorded(adapter, listing, max_files, max_bytes)
     total = sum(f.size for f in listing)
     integrity = (status.integrity or IntegrityStatus()).model_copy(
         update={"files": {f.path: FileStatus(md5=f.md5, size=f.size) for f in files} or None}
@@ -119,17 +140,14 @@ def decide(
 def declared_changed(adapter: LoRAAdapter, listing: Sequence[StoredFile]) -> bool:
     """A declared file is observed with another MD5 or size than the status recorded, or it
     came or went. (A file storage reports without an MD5 changes unseen when its size stays.)"""
-    declared = set((adapter.spec.integrity.md5 if adapter.spec.integrity else None) or {})
-    recorded_files = (
-        adapter.status.integrity.files if adapter.status and adapter.status.integrity else None
-    ) or {}
-    before = {p: (f.md5, f.size) for p, f in recorded_files.items() if p in declared}
+    declared = set(adapter.declared_md5s())
+    before = {p: (f.md5, f.size) for p, f in adapter.recorded_files().items() if p in declared}
     after = {f.path: (f.md5, f.size) for f in listing if f.path in declared}
     return before != after
 
 
 def listing_dir(adapter: LoRAAdapter) -> str | None:
-    """Where the adapter's files live: status.storageRef.path, else the seed-1 layout."""
+    """Where the adapter's files live: status.storageRef.path, else the vllm layout."""
     ref = adapter.status.storage_ref if adapter.status else None
     if ref is not None and ref.path and is_under(ref.path, STORAGE_ROOT):
         return ref.path.rstrip("/") + "/"
@@ -161,7 +179,7 @@ def _targets(event: CloudEvent) -> list[tuple[str, str, str | None]]:
     if any(code in path.lower() for code in ("%2e", "%2f", "%5c", "%00")):
         raise Reject(f"path {path!r} contains percent-encoded dots, slashes or NUL")
     check_storage_path(path)
-    changed = _edge.data_as(event, FileChanged)
+    changed = messages.data_as(event, FileChanged)
     out: list[tuple[str, str, str | None]] = []
     for candidate in (changed.path, changed.new_path):
         if candidate and is_under(candidate, STORAGE_ROOT):
@@ -171,9 +189,7 @@ def _targets(event: CloudEvent) -> list[tuple[str, str, str | None]]:
     return out
 
 
-def _one(
-    deps: _edge.Deps, namespace: str, name: str, model: str | None, nudged: bool = False
-) -> CloudEvent | None:
+def _one(deps: Deps, namespace: str, name: str, model: str | None, nudged: bool = False) -> CloudEvent | None:
     """Observe one adapter's directory; reply when the observation changed or resync nudged.
 
     A resync nudge means the adapter is stuck short of a verdict, most likely because the
@@ -182,7 +198,7 @@ def _one(
     """
     kube = deps.kube
     obj = kube.get(VLLM_ADAPTER, namespace, name)
-    if obj is None or (obj.get("metadata") or {}).get("deletionTimestamp"):
+    if obj is None or facts.deleting(obj):
         return None
     adapter = stored(LoRAAdapter, obj)
     if model is not None and adapter.spec.model != model:
@@ -192,24 +208,34 @@ def _one(
         return None
     listing = deps.storage.stat_dir(directory)
     now = deps.clock()
-    seen: dict[str, Obj] = {}
+    budget = STATUS_BYTES
 
     def desired(current: Obj) -> Obj | None:
-        seen["before"] = current
         fresh = stored(LoRAAdapter, current)
-        if (current.get("metadata") or {}).get("deletionTimestamp") or listing_dir(fresh) != directory:
+        if facts.deleting(current) or listing_dir(fresh) != directory:
             return None  # moved under us: the next nudge lists the right place
-        return decide(fresh, listing, now, deps.settings.status_max_files).to_wire()
+        return decide(fresh, listing, now, deps.settings.status_max_files, budget).to_wire()
 
-    written = kube.write_status(VLLM_ADAPTER, namespace, name, desired)
+    try:
+        written = kube.write_status(VLLM_ADAPTER, namespace, name, desired)
+    except KubeRefused as err:
+        if err.status not in (413, 422):
+            raise
+        # the API refused the size: record the declared files only, and say so
+        budget = 0
+        written = kube.write_status(VLLM_ADAPTER, namespace, name, desired)
+        if written is not None:
+            message = f"the API refused the status for its size ({err}); it records the declared files only"
+            kube.record_event(written.obj, "Warning", reasons.EVENT_STATUS_SHRUNK, message[:1024], NAME, now)
     if written is None:
         return None
-    unchanged = not written.changed or observation(seen["before"].get("status")) == observation(
+    before = written.before if written.before is not None else written.obj
+    unchanged = not written.changed or observation(before.get("status")) == observation(
         written.obj.get("status")
     )
     if unchanged and not nudged:
         return None
-    shown = len((written.obj.get("status") or {}).get("files") or [])
+    shown = len(facts.status(written.obj).get("files") or [])
     if shown < len(listing) and not unchanged:
         message = f"status lists {shown} of the {len(listing)} files in {directory} (declared ones first)"
         deps.kube.record_event(written.obj, "Warning", TRUNCATED, message, NAME, now)
@@ -219,14 +245,14 @@ def _one(
     payload = AdapterStatCompleted(
         adapter=ref, files=len(listing), size=format_bytes(sum(f.size for f in listing))
     )
-    return _edge.reply(ADAPTER_STAT_COMPLETED, NAME, VLLM_ADAPTER.path(namespace, name), payload)
+    return messages.reply(ADAPTER_STAT_COMPLETED, NAME, VLLM_ADAPTER.path(namespace, name), payload)
 
 
 def _first(replies: Iterable[CloudEvent | None]) -> CloudEvent | None:
     return next((r for r in replies if r is not None), None)
 
 
-def handle(event: CloudEvent, deps: _edge.Deps) -> CloudEvent | None:
+def handle(event: CloudEvent, deps: Deps) -> CloudEvent | None:
     # A rename between two adapters touches both; the reply (one per response) goes to the
     # adapter the file arrived in, the other one is repaired by the next nudge/resync.
     targets = _targets(event)
@@ -235,4 +261,4 @@ def handle(event: CloudEvent, deps: _edge.Deps) -> CloudEvent | None:
     return _first(reversed(replies))
 
 
-stat = _edge.function(NAME, ACCEPTS, handle)
+stat = shell.function(NAME, ACCEPTS, handle)

@@ -24,10 +24,11 @@ from cloudevents.http import CloudEvent
 
 from events.domain import ADAPTER_DRIFTED, ADAPTER_FAILED, ADAPTER_UNLOADED, STEP_EXTENSION, AdapterUnloaded
 from events.external import API_UPDATE
-from functions import _edge, _inputs
 from functions.adapters import fleet
 from functions.adapters.fleet import Request
+from functions.edge import inputs, messages, shell
 from functions.edge.bootstrap import Deps
+from functions.edge.messages import Reply
 from functions.errors import EngineUnavailable
 from functions.logic import facts, loaded, reasons, serving
 from functions.logic.serving import AdapterKey, ListingFailure, World
@@ -41,11 +42,11 @@ def request_for(event: CloudEvent, deps: Deps) -> Request | None:
     if event["type"] in (ADAPTER_DRIFTED, ADAPTER_FAILED):
         if event["type"] == ADAPTER_DRIFTED and event.get(STEP_EXTENSION) != "unload":
             return None
-        return take_back(_inputs.adapter_key(_inputs.adapter_ref(event)))
-    obj = _inputs.kube_object(event)
-    key = _inputs.object_adapter_key(obj)
+        return take_back(inputs.adapter_key(inputs.adapter_ref(event)))
+    obj = inputs.kube_object(event)
+    key = inputs.object_adapter_key(obj)
     if key is not None:
-        current = deps.kube.get(_inputs.adapter_kind_of(key), key.namespace, key.name)
+        current = deps.kube.get(inputs.adapter_kind_of(key), key.namespace, key.name)
         if (
             current is None
             or not facts.deleting(current)
@@ -53,7 +54,7 @@ def request_for(event: CloudEvent, deps: Deps) -> Request | None:
         ):
             return None  # a live adapter's update is admit's; a deletion without our finalizer is done
         return take_back(key)
-    target = _inputs.target_key(obj)
+    target = inputs.target_key(obj)
     return Request(targets=frozenset({target}), load=False, unload=True) if target is not None else None
 
 
@@ -62,7 +63,7 @@ def take_back(key: AdapterKey) -> Request:
     return Request(adapters=frozenset({key}), load=False, unload=True, every_deployment=True)
 
 
-def handle(event: CloudEvent, deps: Deps) -> _edge.Reply:
+def handle(event: CloudEvent, deps: Deps) -> Reply:
     request = request_for(event, deps)
     if request is None:
         return None
@@ -97,7 +98,7 @@ def handle(event: CloudEvent, deps: Deps) -> _edge.Reply:
                 any(o.retryable for o in unload_failures(result)) or retryable_listing(result.executed.after),
             )
         written = deps.kube.write_finalizers(
-            _inputs.adapter_kind_of(key),
+            inputs.adapter_kind_of(key),
             key.namespace,
             key.name,
             lambda current: [f for f in facts.meta(current).get("finalizers") or [] if f != FINALIZER],
@@ -109,8 +110,8 @@ def handle(event: CloudEvent, deps: Deps) -> _edge.Reply:
             raise EngineUnavailable(f"unload {key}: {len(failed)} call(s) failed, a retry may finish")
     if obj is None or (not unloaded and not finalized):  # an orphan's copy: no adapter to speak of
         return None
-    data = AdapterUnloaded(adapter=_inputs.ref_of(key), pods=unloaded, finalized=finalized)
-    return _edge.reply(ADAPTER_UNLOADED, NAME, _inputs.subject_of(key), data)
+    data = AdapterUnloaded(adapter=inputs.ref_of(key), pods=unloaded, finalized=finalized)
+    return messages.reply(ADAPTER_UNLOADED, NAME, inputs.subject_of(key), data)
 
 
 def unload_failures(result: fleet.Result) -> list[serving.Outcome]:
@@ -140,10 +141,10 @@ def retryable_listing(world: World) -> bool:
     )
 
 
-def blocked(deps: Deps, key: AdapterKey, blockers: list[str], retry: bool) -> _edge.Reply:
+def blocked(deps: Deps, key: AdapterKey, blockers: list[str], retry: bool) -> Reply:
     """A deletion that cannot finish yet: the finalizer stays, the status and an Event say why."""
     message = f"{len(blockers)} pod(s) block the deletion: " + "; ".join(blockers[: loaded.MAX_NAMED])
-    kind = _inputs.adapter_kind_of(key)
+    kind = inputs.adapter_kind_of(key)
     now = deps.clock()
     written = deps.kube.write_status(
         kind,
@@ -160,4 +161,4 @@ def blocked(deps: Deps, key: AdapterKey, blockers: list[str], retry: bool) -> _e
     return None
 
 
-unload = _edge.function(NAME, ACCEPTS, handle)
+unload = shell.function(NAME, ACCEPTS, handle)

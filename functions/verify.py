@@ -2,7 +2,7 @@
 
 Trigger: `io.loraflow.adapter.statcompleted.v1`; `io.loraflow.adapter.admitted.v1` (a
     spec.integrity declared or changed after the upload).
-Reads: the seed-1 adapter (re-read): spec.integrity.md5 and status.integrity.files; storage,
+Reads: the vllm adapter (re-read): spec.integrity.md5 and status.integrity.files; storage,
     only to hash (streaming, at most `LORAFLOW_HASH_MAX_BYTES`) a declared file whose backend
     reported no MD5.
 Writes: one status write: uploadComplete, Ready (True `IntegrityVerified`; False
@@ -11,7 +11,7 @@ Writes: one status write: uploadComplete, Ready (True `IntegrityVerified`; False
     A Warning Event is recorded on a transition into `IntegrityCheckFailed`.
 Replies: `io.loraflow.adapter.ready.v1` when the verdict became Ready,
     `io.loraflow.adapter.failed.v1` when it became a failure; nothing otherwise.
-Outcomes: 200 + ready/failed; 204 verdict unchanged / seed-2 adapter / adapter gone or being
+Outcomes: 200 + ready/failed; 204 verdict unchanged / sglang adapter / adapter gone or being
     deleted; 400 malformed event; 503 storage (while hashing) or Kubernetes API unavailable.
 """
 
@@ -32,8 +32,9 @@ from events.domain import (
     AdapterReady,
     AdapterRef,
 )
-from functions import _edge
-from functions._inputs import adapter_ref, stored
+from functions.edge import messages, shell
+from functions.edge.bootstrap import Deps
+from functions.edge.inputs import adapter_ref, stored
 from functions.logic import conditions, facts, integrity, phase, reasons
 from functions.resources.kinds import VLLM_ADAPTER
 from functions.resources.rackai import LoRAAdapter, LoRAAdapterStatus
@@ -46,13 +47,11 @@ Obj = dict[str, Any]
 
 # -- pure ------------------------------------------------------------------------------------
 def observed_files(adapter: LoRAAdapter) -> dict[str, integrity.Observed]:
-    status = adapter.status
-    files = (status.integrity.files if status and status.integrity else None) or {}
-    return {path: integrity.Observed(md5=f.md5, size=f.size) for path, f in files.items()}
+    return {path: integrity.Observed(md5=f.md5, size=f.size) for path, f in adapter.recorded_files().items()}
 
 
 def declared(adapter: LoRAAdapter) -> dict[str, str]:
-    return dict((adapter.spec.integrity.md5 if adapter.spec.integrity else None) or {})
+    return adapter.declared_md5s()
 
 
 def decide(adapter: LoRAAdapter, hashed: Mapping[str, str | None], now: datetime) -> LoRAAdapterStatus:
@@ -75,14 +74,26 @@ def decide(adapter: LoRAAdapter, hashed: Mapping[str, str | None], now: datetime
     ready_now = conditions.find(conds, phase.READY)
     verified = ready_now is not None and ready_now.status == "True"
     file_set = facts.file_set(declared(adapter)) if verified else None
-    if verified and status.file_set and file_set != status.file_set:
-        # a newer verified set: the pods still serve the old one until load replaces it, so
-        # Loaded stops saying True in this same write (load says True again once it is done)
-        loaded_now = conditions.find(conds, reasons.LOADED)
-        if loaded_now is not None and loaded_now.status == "True":
-            message = "a newer verified file set is being loaded into the pods that serve this adapter"
+    loaded_now = conditions.find(conds, reasons.LOADED)
+    if loaded_now is not None and loaded_now.status == "True":
+        # Loaded stops saying True in the write that changes what the pods should serve: no
+        # verified set any more (unload answers adapter.failed and takes the copies back), or a
+        # newer one (load replaces the old copies, then says True again)
+        if not verified:
+            taken_back = (
+                reasons.ADAPTER_NOT_READY,
+                f"not Ready ({verdict.reason}): the adapter is being unloaded",
+            )
+        elif status.file_set and file_set != status.file_set:
+            taken_back = (
+                reasons.UPDATING,
+                "a newer verified file set is being loaded into the pods that serve this adapter",
+            )
+        else:
+            taken_back = None
+        if taken_back is not None:
             conds = conditions.set_condition(
-                conds, reasons.LOADED, "False", reasons.UPDATING, message, adapter.metadata.generation, now
+                conds, reasons.LOADED, "False", *taken_back, adapter.metadata.generation, now
             )
     phase_, ready = phase.summarize(conds, bool(observed) or bool(status.files))
     return status.model_copy(
@@ -105,14 +116,14 @@ def verdict_of(status: Obj | None) -> tuple[str, str] | None:
 
 
 # -- shell -----------------------------------------------------------------------------------
-def handle(event: CloudEvent, deps: _edge.Deps) -> CloudEvent | None:
+def handle(event: CloudEvent, deps: Deps) -> CloudEvent | None:
     ref = adapter_ref(event)
     if ref.api_version != VLLM_ADAPTER.api_version:
         return None
     kube = deps.kube
     namespace, name = ref.namespace, ref.name
     obj = kube.get(VLLM_ADAPTER, namespace, name)
-    if obj is None or (obj.get("metadata") or {}).get("deletionTimestamp"):
+    if obj is None or facts.deleting(obj):
         return None
     now = deps.clock()
     limit = deps.settings.hash_max_bytes
@@ -121,7 +132,7 @@ def handle(event: CloudEvent, deps: _edge.Deps) -> CloudEvent | None:
 
     def desired(current: Obj) -> Obj | None:
         seen["before"] = current
-        if (current.get("metadata") or {}).get("deletionTimestamp"):
+        if facts.deleting(current):
             return None
         adapter = stored(LoRAAdapter, current)
         observed = observed_files(adapter)
@@ -150,11 +161,11 @@ def handle(event: CloudEvent, deps: _edge.Deps) -> CloudEvent | None:
     if after[1] == phase.INTEGRITY_CHECK_FAILED:
         kube.record_event(written.obj, "Warning", after[1], str(condition.get("message") or ""), NAME, now)
     if after[0] == "True":
-        return _edge.reply(ADAPTER_READY, NAME, subject, AdapterReady(adapter=out))
+        return messages.reply(ADAPTER_READY, NAME, subject, AdapterReady(adapter=out))
     if after[0] == "False" and after[1] in phase.TERMINAL:
         failed = AdapterFailed(adapter=out, reason=after[1], message=str(condition.get("message") or ""))
-        return _edge.reply(ADAPTER_FAILED, NAME, subject, failed)
+        return messages.reply(ADAPTER_FAILED, NAME, subject, failed)
     return None
 
 
-verify = _edge.function(NAME, ACCEPTS, handle)
+verify = shell.function(NAME, ACCEPTS, handle)

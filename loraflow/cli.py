@@ -2,6 +2,10 @@
 
 Exit codes: 0 ok; 1 an expected failure (one clear line on stderr, no traceback); 2 usage;
 130 interrupted.
+
+Only the standard library is imported here: each command imports what it uses when it runs,
+so `loraflow --help` answers in a few tens of milliseconds (the kubernetes package alone takes
+~0.3 s to import), and where the `cli` extra is not installed a command says so in one line.
 """
 
 from __future__ import annotations
@@ -11,17 +15,21 @@ import sys
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from rich.console import Console, RenderableType
-from rich.live import Live
+from loraflow.errors import CliError, missing_extra
 
-from loraflow import render, status, tail
-from loraflow.connect import CliError, Target, default_namespace, kube_client, resolve
-from loraflow.upload import SKIPPED, UploadReport, upload
+if TYPE_CHECKING:
+    from rich.console import Console, RenderableType
+
+    from loraflow.connect import Target
+    from loraflow.upload import UploadReport
 
 
 def _console(stderr: bool = False) -> Console:
     """Rich console; wide when not a terminal so piped tables are not squeezed to 80 columns."""
+    from rich.console import Console
+
     stream = sys.stderr if stderr else sys.stdout
     probe = Console(file=stream)
     return Console(file=stream, width=None if probe.is_terminal else 200, stderr=stderr)
@@ -66,7 +74,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     ev = commands.add_parser("events", parents=[common], help="tail domain events from the embedded broker")
     ev.add_argument("--follow", "-f", action="store_true", help="keep polling until Ctrl-C")
-    ev.add_argument("--type", dest="prefix", default=tail.OURS, help="type prefix (default: io.loraflow.)")
+    ev.add_argument("--type", dest="prefix", help="type prefix (default: io.loraflow.)")
     ev.add_argument("--all", action="store_true", help="every event type, sources' included")
     ev.add_argument("--deliveries", action="store_true", help="also show successful deliveries")
     ev.add_argument("--broker-url", help="broker URL (default: from the endpoints file)")
@@ -77,10 +85,15 @@ def build_parser() -> argparse.ArgumentParser:
 
 # -- commands --------------------------------------------------------------------------------
 def _namespace(args: argparse.Namespace, target: Target) -> str:
+    from loraflow.connect import default_namespace
+
     return str(args.namespace) if args.namespace else default_namespace(target)
 
 
 def _upload(args: argparse.Namespace) -> int:
+    from loraflow.connect import kube_client, resolve
+    from loraflow.upload import upload
+
     target = resolve(args.endpoints, args.kubeconfig, filer_url=args.filer_url)
     namespace = _namespace(args, target)
     out = _console()
@@ -98,6 +111,8 @@ def _upload(args: argparse.Namespace) -> int:
 
 
 def _print_upload(out: Console, report: UploadReport, namespace: str, name: str) -> None:
+    from loraflow.upload import SKIPPED
+
     for outcome in report.outcomes:
         style = "dim" if outcome.result == SKIPPED else "green"
         out.print(f"[{style}]{outcome.result:<20}[/] {outcome.storage_path}  ({outcome.file.size} B)")
@@ -110,6 +125,9 @@ def _print_upload(out: Console, report: UploadReport, namespace: str, name: str)
 
 
 def _status(args: argparse.Namespace) -> int:
+    from loraflow import render, status
+    from loraflow.connect import kube_client, resolve
+
     target = resolve(args.endpoints, args.kubeconfig)
     namespace = None if args.all_namespaces else _namespace(args, target)
     api = kube_client(target)
@@ -134,6 +152,8 @@ def _pause(seconds: float) -> None:
 
 
 def _watch(out: Console, view: Callable[[], RenderableType], interval: float) -> int:
+    from rich.live import Live
+
     with Live(view(), console=out, auto_refresh=False, screen=False) as live:
         while True:
             _pause(interval)
@@ -141,10 +161,13 @@ def _watch(out: Console, view: Callable[[], RenderableType], interval: float) ->
 
 
 def _events(args: argparse.Namespace) -> int:
+    from loraflow import tail
+    from loraflow.connect import resolve
+
     target = resolve(args.endpoints, args.kubeconfig, broker_url=args.broker_url)
     if not target.broker_url:
         raise CliError("no broker URL: pass --broker-url or --endpoints (the embedded stack's file)")
-    prefix = "" if args.all else args.prefix
+    prefix = "" if args.all else (tail.OURS if args.prefix is None else args.prefix)
     tail.tail(
         target.broker_url,
         _console(),
@@ -156,13 +179,30 @@ def _events(args: argparse.Namespace) -> int:
     return 0
 
 
+def _error(err: CliError) -> None:
+    """One line on stderr: red through rich when it is installed, plain text otherwise."""
+    try:
+        from rich.markup import escape
+
+        # escaped: a message may hold brackets (`loraflow[cli]`) that are not markup
+        _console(stderr=True).print(f"[bold red]error:[/] {escape(str(err))}", highlight=False)
+    except ModuleNotFoundError:
+        print(f"error: {err}", file=sys.stderr)
+
+
 # -- entry point -----------------------------------------------------------------------------
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         code: int = args.run(args)
+    except ModuleNotFoundError as err:
+        extra = missing_extra(err)
+        if extra is None:
+            raise
+        _error(extra)
+        return 1
     except CliError as err:
-        _console(stderr=True).print(f"[bold red]error:[/] {err}", highlight=False, markup=True)
+        _error(err)
         return 1
     except KeyboardInterrupt:
         return 130 if not getattr(args, "watch", False) and not getattr(args, "follow", False) else 0

@@ -18,12 +18,10 @@ from typing import Any
 from kubernetes import client, config
 from kubernetes.config.config_exception import ConfigException
 
+from loraflow.errors import CliError
+
 DEFAULT_ENDPOINTS = Path(".devstack/endpoints.json")
 DEFAULT_FILER_URL = "http://seaweedfs-filer.seaweedfs:8888"
-
-
-class CliError(Exception):
-    """An expected failure: printed as one clear line, exit code 1, no traceback."""
 
 
 @dataclass(frozen=True)
@@ -32,6 +30,8 @@ class Endpoints:
 
     kube_url: str | None = None
     kube_token: str | None = None
+    kube_ca_file: str | None = None
+    """PEM of the CA the stack's API server certificate is signed by (it serves HTTPS)."""
     filer_url: str | None = None
     broker_url: str | None = None
     functions: dict[str, str] = field(default_factory=dict)
@@ -55,6 +55,7 @@ class Endpoints:
         return cls(
             kube_url=_str(kube.get("url")),
             kube_token=_str(kube.get("token")),
+            kube_ca_file=_str(kube.get("certificate_authority")),
             filer_url=_str(filer.get("url")),
             broker_url=_str(broker.get("url")),
             functions={str(k): str(v) for k, v in functions.items()} if isinstance(functions, dict) else {},
@@ -114,6 +115,8 @@ def kube_client(target: Target) -> client.ApiClient:
         if endpoints.kube_token:
             configuration.api_key = {"BearerToken": endpoints.kube_token}
             configuration.api_key_prefix = {"BearerToken": "Bearer"}
+        if endpoints.kube_ca_file:
+            configuration.ssl_ca_cert = endpoints.kube_ca_file
         configuration.retries = 0
         return client.ApiClient(configuration)
     return _standard_client(target.kubeconfig)

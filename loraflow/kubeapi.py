@@ -11,7 +11,7 @@ from kubernetes.client.exceptions import ApiException
 from urllib3.exceptions import HTTPError as Urllib3Error
 
 from functions.resources.kinds import Kind
-from loraflow.connect import CliError
+from loraflow.errors import CliError
 
 Obj = dict[str, Any]
 T = TypeVar("T")

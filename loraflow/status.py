@@ -1,7 +1,7 @@
 """`loraflow status`: both LoRAAdapter kinds, like `kubectl get`, plus where each is loaded.
 
 "Loaded" comes from the engines themselves: for every serving pod of an adapter's targets
-(ModelDeployments naming it for seed 1, the referenced InferenceService for seed 2; pods
+(ModelDeployments naming it for the vllm kind, the referenced InferenceService for the sglang kind; pods
 found by the label selectors of docs/contracts.md) the engine's `GET /v1/models` is asked,
 at podIP + the container port named `http`, exactly as the load step does.
 """

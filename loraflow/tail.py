@@ -21,7 +21,7 @@ import httpx
 from rich.console import Console
 from rich.text import Text
 
-from loraflow.connect import CliError
+from loraflow.errors import CliError
 
 Obj = dict[str, Any]
 PATH = "/_devstack/events"
@@ -89,10 +89,12 @@ def _detail(entry: Obj) -> str:
 
 
 def line(entry: Obj) -> Text:
-    """One log entry as one line: time, outcome, type, subject, detail."""
+    """One log entry as one line: time, trace (its first 8 hex digits: what one adapter's chain of
+    events shares), outcome, type, subject, detail."""
     outcome = str(entry.get("outcome") or "event")
     text = Text()
     text.append(str(entry.get("time") or "-"), style="dim")
+    text.append(f"  {str(entry.get('trace_id') or '-')[:8]:<8}", style="cyan")
     text.append(f"  {outcome:<13}", style=OUTCOME_STYLE.get(outcome, "bold red"))
     text.append(f" {entry.get('type') or '?'}", style="bold")
     text.append(f"  {entry.get('subject') or '-'}")

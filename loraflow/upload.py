@@ -3,7 +3,7 @@
 Resumable per file: the adapter's storage directory is listed first (filer JSON listing,
 paginated, `Md5` base64) and a file whose stored MD5 equals the local one is not sent again.
 Every file is hashed and uploaded by streaming, never read whole into memory. Then the
-seed-1 LoRAAdapter is created, or its spec merge-patched, with `spec.integrity.md5` keyed by
+vllm LoRAAdapter is created, or its spec merge-patched, with `spec.integrity.md5` keyed by
 full storage paths, so verify can check exactly what was uploaded.
 """
 
@@ -33,7 +33,7 @@ from functions.adapters.storage import FilerStorage
 from functions.errors import LoraflowError, Reject
 from functions.logic.paths import adapter_dir
 from functions.resources.kinds import VLLM_ADAPTER
-from loraflow.connect import CliError
+from loraflow.errors import CliError
 from loraflow.kubeapi import KubeCall
 
 CHUNK = 1 << 20
@@ -168,7 +168,7 @@ def spec_patch(existing: dict[str, Any], model: str, md5: dict[str, str]) -> dic
 
 
 def apply_adapter(api: client.ApiClient, namespace: str, name: str, model: str, md5: dict[str, str]) -> str:
-    """Create the seed-1 LoRAAdapter, or merge-patch its spec when it exists: "created"/"updated"."""
+    """Create the vllm LoRAAdapter, or merge-patch its spec when it exists: "created"/"updated"."""
     kube = KubeCall(api, VLLM_ADAPTER)
     if kube.create(namespace, adapter_body(namespace, name, model, md5)):
         return "created"

@@ -1,4 +1,4 @@
-"""The seed-1 LoRAAdapter and the engine listing as they were read before pydantic (the
+"""The vllm LoRAAdapter and the engine listing as they were read before pydantic (the
 reference of bench/models.py; see the package docstring)."""
 
 from __future__ import annotations
@@ -90,6 +90,15 @@ class LoRAAdapter(WireModel):
     metadata: ObjectMeta = field(default_factory=ObjectMeta)
     spec: LoRAAdapterSpec
     status: LoRAAdapterStatus | None = None
+
+    # the two readers production's model has since (stat.decide calls them), as stat then
+    # wrote them inline: the same work on both sides
+    def declared_md5s(self) -> dict[str, str]:
+        return dict((self.spec.integrity.md5 if self.spec.integrity else None) or {})
+
+    def recorded_files(self) -> dict[str, FileStatus]:
+        integrity = self.status.integrity if self.status else None
+        return dict((integrity.files if integrity else None) or {})
 
 
 def adapters_listed(body: bytes) -> dict[str, str]:

@@ -11,7 +11,13 @@ Each rule mirrors the multi-tenant broker (`pkg/broker/ingress/ingress_handler.g
   and `backoffDelay`; any other status is final; a failed delivery goes to the dead-letter
   sink with `knativeerrordest`, `knativeerrorcode` and `knativeerrordata`;
 - a 2xx reply that is a CloudEvent is republished into this broker with the TTL decremented;
-  a non-empty 2xx body that is not a CloudEvent is a failed delivery (the filter answers 502).
+  a non-empty 2xx body that is not a CloudEvent is a failed delivery (the filter answers 502);
+- trace context is W3C over HTTP (Knative's data plane; docs/spec/broker.md "preserve that
+  trace header on delivery to subscribers and on reply events, unless the reply is sent with a
+  different set of tracing attributes"): the `traceparent`/`tracestate` headers an event came
+  in with go out on each of its deliveries and dead letters, and on its replies unless the
+  reply carries trace attributes of its own. No spans of its own (tracing backend `none`):
+  the context passes through unchanged.
 
 For tests: a time-scale factor for backoffs, counters, `wait_idle`, an event log served at
 `GET /_devstack/events?since=N`, and seeded fault injection (`Faults`).
@@ -42,6 +48,8 @@ from cloudevents.exceptions import GenericException
 from cloudevents.http import CloudEvent, from_http
 
 from devstack.eventing.triggers import Trigger
+from functions import tracing
+from functions.tracing import Trace
 
 log = logging.getLogger("devstack.eventing.broker")
 
@@ -88,7 +96,7 @@ class EventLog:
         self._seq = itertools.count(1)
         self._lock = threading.Lock()
 
-    def add(self, event: CloudEvent, outcome: str, **fields: Any) -> None:
+    def add(self, event: CloudEvent, outcome: str, trace: Trace | None = None, **fields: Any) -> None:
         entry = {
             "seq": 0,
             "time": datetime.now(UTC).isoformat(timespec="milliseconds"),
@@ -96,6 +104,7 @@ class EventLog:
             "type": event["type"],
             "subject": event.get("subject"),
             "outcome": outcome,
+            "trace_id": trace.trace_id if trace is not None else None,
             **fields,
         }
         with self._lock:
@@ -156,6 +165,7 @@ class _Task:
     event: CloudEvent
     trigger: Trigger
     url: str
+    trace: Trace | None = None
     attempts: int = 0
     started: float = field(default_factory=time.monotonic)
 
@@ -281,23 +291,24 @@ class Broker:
             setattr(self.counters, name, getattr(self.counters, name) + 1)
 
     # -- ingress ----------------------------------------------------------------------------------
-    def publish(self, event: CloudEvent) -> None:
-        """Ingress: validate the TTL, stamp arrival time, fan out to matching Triggers."""
+    def publish(self, event: CloudEvent, trace: Trace | None = None) -> None:
+        """Ingress: validate the TTL, stamp arrival time, fan out to matching Triggers; `trace`
+        is the W3C context the event came in with (its HTTP headers)."""
         ttl = _ttl(event)
         if ttl is not None and ttl <= 0:
             self._count("rejected")
-            self.log.add(event, "ttl-exhausted")
+            self.log.add(event, "ttl-exhausted", trace)
             raise InvalidEvent(f"{TTL_EXTENSION} exhausted")
         event[TTL_EXTENSION] = str(DEFAULT_TTL if ttl is None else ttl)
         event["knativearrivaltime"] = datetime.now(UTC).isoformat().replace("+00:00", "Z")
         self._count("received")
         attrs = {k: str(v) for k, v in event.get_attributes().items()}
         matched = [(t, url) for t, url in self._routes if t.matches(attrs)]
-        self.log.add(event, "received", triggers=[t.name for t, _ in matched])
+        self.log.add(event, "received", trace, triggers=[t.name for t, _ in matched])
         for trigger, url in matched:
-            self._fan_out(event, trigger, url)
+            self._fan_out(event, trigger, url, trace)
 
-    def _fan_out(self, event: CloudEvent, trigger: Trigger, url: str) -> None:
+    def _fan_out(self, event: CloudEvent, trigger: Trigger, url: str, trace: Trace | None = None) -> None:
         with self._lock:
             copies = self._rng.choice((2, 3)) if self.faults.duplicate else 1
             plan = [
@@ -307,10 +318,10 @@ class Broker:
         for dropped, delay in plan:
             if dropped:
                 self._count("dropped")
-                self.log.add(event, "dropped", trigger=trigger.name, subscriber=url)
+                self.log.add(event, "dropped", trace, trigger=trigger.name, subscriber=url)
                 continue
             self._begin()
-            task = _Task(_copy(event), trigger, url)
+            task = _Task(_copy(event), trigger, url, trace)
             self._submit(task, delay)
 
     def _submit(self, task: _Task, delay: float) -> None:
@@ -333,7 +344,7 @@ class Broker:
             self._succeed(task, outcome)
         elif outcome.retryable and task.attempts <= delivery.retry:
             self._count("retried")
-            self.log.add(task.event, "retrying", **self._fields(task, outcome))
+            self.log.add(task.event, "retrying", task.trace, **self._fields(task, outcome))
             self._submit(task, delivery.backoff(task.attempts) * self.time_scale)
             return
         else:
@@ -343,6 +354,8 @@ class Broker:
     def _attempt(self, task: _Task) -> _Outcome:
         delivery = task.trigger.delivery
         headers, body = (to_structured if delivery.structured else to_binary)(task.event)
+        if task.trace is not None:
+            headers.update(task.trace.attributes())
         timeout = delivery.timeout_s or self.default_timeout_s
         try:
             response = self._http.post(task.url, headers=headers, content=body, timeout=timeout)
@@ -354,14 +367,15 @@ class Broker:
 
     def _succeed(self, task: _Task, outcome: _Outcome) -> None:
         self._count("delivered")
-        self.log.add(task.event, "delivered", **self._fields(task, outcome))
+        self.log.add(task.event, "delivered", task.trace, **self._fields(task, outcome))
         if outcome.reply is None:
             return
         self._count("replies")
         reply = outcome.reply
         reply[TTL_EXTENSION] = str((_ttl(task.event) or DEFAULT_TTL) - 1)
+        own = tracing.parse(reply.get(tracing.TRACEPARENT), reply.get(tracing.TRACESTATE))
         try:
-            self.publish(reply)
+            self.publish(reply, own or task.trace)
         except InvalidEvent:
             log.info("reply %s to %s dropped: TTL exhausted", reply["type"], task.event["id"])
 
@@ -371,7 +385,7 @@ class Broker:
         fields = self._fields(task, outcome)
         if url is None:
             self._count("failed")
-            self.log.add(task.event, "failed", **fields)
+            self.log.add(task.event, "failed", task.trace, **fields)
             return
         event = _copy(task.event)
         event["knativeerrordest"] = task.url
@@ -380,12 +394,14 @@ class Broker:
         if data:
             event["knativeerrordata"] = base64.b64encode(data).decode()
         headers, body = to_binary(event)
+        if task.trace is not None:
+            headers.update(task.trace.attributes())
         try:
             self._http.post(url, headers=headers, content=body)
         except httpx.HTTPError as err:
             log.warning("dead-letter sink %s unreachable: %s", url, err)
         self._count("dead_lettered")
-        self.log.add(task.event, "dead-lettered", dead_letter=url, **fields)
+        self.log.add(task.event, "dead-lettered", task.trace, dead_letter=url, **fields)
 
     @staticmethod
     def _fields(task: _Task, outcome: _Outcome) -> dict[str, Any]:
@@ -453,7 +469,10 @@ def parse_request(headers: Mapping[str, str], body: bytes) -> CloudEvent:
 # -- the sources' side ---------------------------------------------------------------------------------
 class BrokerClient:
     """How a source adapter sends to its sink: binary mode, retried on failure with exponential
-    backoff from 50 ms, 5 times (ApiServerSource adapter send retries)."""
+    backoff from 50 ms, 5 times (ApiServerSource adapter send retries). Knative's adapters send
+    through the CloudEvents SDK's observed client, which injects the W3C context of its send
+    span as headers: each event starts a trace here (unsampled: no tracing backend), unless it
+    carries trace attributes of its own."""
 
     def __init__(self, url: str, retries: int = 5, backoff_s: float = 0.05, timeout_s: float = 10.0) -> None:
         self.url = url
@@ -464,6 +483,8 @@ class BrokerClient:
 
     def send(self, event: CloudEvent) -> bool:
         headers, body = to_binary(event)
+        trace = tracing.parse(event.get(tracing.TRACEPARENT), event.get(tracing.TRACESTATE))
+        headers.update((trace or tracing.new_trace()).attributes())
         for attempt in range(self.retries + 1):
             try:
                 status = self._http.post(self.url, headers=headers, content=body).status_code
@@ -514,7 +535,7 @@ class _Handler(BaseHTTPRequestHandler):
         body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
         try:
             event = parse_request(dict(self.headers.items()), body)
-            self.server.broker.publish(event)
+            self.server.broker.publish(event, tracing.incoming(self.headers))
         except InvalidEvent as err:
             self._answer(400, {"error": str(err)})
             return

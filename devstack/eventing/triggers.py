@@ -10,9 +10,11 @@ Mirrors `pkg/apis/eventing/v1/trigger_types.go` and `pkg/apis/duck/v1/delivery_t
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import subprocess
+import tempfile
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -45,15 +47,39 @@ def parse_duration(text: str) -> float:
 
 
 # -- loading -------------------------------------------------------------------------------------
-def render(root: Path = KNATIVE_DIR) -> list[dict[str, Any]]:
-    """Every manifest of the tree: `kubectl kustomize` output when possible, else the raw files."""
+COMPONENTS = "components"
+"""knative/components/<name>: the optional parts (kustomize Components), rendered only when named."""
+
+
+def render(root: Path = KNATIVE_DIR, components: tuple[str, ...] = ()) -> list[dict[str, Any]]:
+    """Every manifest of the tree with the named components: `kubectl kustomize` of an overlay
+    (what `kubectl apply -k` of a user's overlay renders) when possible, else the raw files."""
     if (root / "kustomization.yaml").exists() and shutil.which("kubectl"):
-        out = subprocess.run(
-            ["kubectl", "kustomize", str(root)], capture_output=True, text=True, timeout=60, check=False
-        )
+        with tempfile.TemporaryDirectory(prefix="loraflow-overlay-") as overlay:
+            target = str(root)
+            if components:  # kustomize takes no absolute paths: name them relative to the overlay
+                relative = os.path.relpath(root, overlay)
+                overlay_file = {
+                    "apiVersion": "kustomize.config.k8s.io/v1beta1",
+                    "kind": "Kustomization",
+                    "resources": [relative],
+                    "components": [f"{relative}/{COMPONENTS}/{name}" for name in components],
+                }
+                (Path(overlay) / "kustomization.yaml").write_text(yaml.safe_dump(overlay_file))
+                target = overlay
+            out = subprocess.run(
+                ["kubectl", "kustomize", target], capture_output=True, text=True, timeout=60, check=False
+            )
         if out.returncode == 0:
             return [d for d in yaml.safe_load_all(out.stdout) if isinstance(d, dict)]
-    return read_files(sorted(root.rglob("*.yaml")) + sorted(root.rglob("*.yml")))
+    parts = [p for p in _yaml_files(root) if COMPONENTS not in p.relative_to(root).parts[:1]]
+    for name in components:
+        parts += _yaml_files(root / COMPONENTS / name)
+    return read_files(parts)
+
+
+def _yaml_files(root: Path) -> list[Path]:
+    return sorted(root.rglob("*.yaml")) + sorted(root.rglob("*.yml"))
 
 
 def read_files(paths: Iterable[Path]) -> list[dict[str, Any]]:

@@ -143,6 +143,12 @@ class SeaweedServer:
         return f"http://{self.host}:{self.ports['s3']}"
 
     @property
+    def pid(self) -> int | None:
+        """The `weed server` process's pid while it runs."""
+        process = self._process
+        return process.pid if process is not None and process.poll() is None else None
+
+    @property
     def log_path(self) -> Path:
         return self.dir / "weed.log"
 

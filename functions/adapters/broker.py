@@ -8,6 +8,12 @@ from cloudevents.http import CloudEvent
 
 from functions.adapters.tls import verify_for
 from functions.errors import Retryable
+from functions.tracing import TRACEPARENT, TRACESTATE
+
+
+def trace_headers(event: CloudEvent) -> dict[str, str]:
+    """The event's trace context as W3C HTTP headers."""
+    return {name: str(event[name]) for name in (TRACEPARENT, TRACESTATE) if event.get(name)}
 
 
 class Broker:
@@ -20,6 +26,8 @@ class Broker:
         if not self._url:
             raise Retryable("no broker URL configured (K_SINK or LORAFLOW_BROKER_URL)")
         headers, body = to_binary(event)
+        # Knative's ingress reads trace context from the W3C headers, not from ce-traceparent.
+        headers.update(trace_headers(event))
         try:
             response = self._http.post(
                 self._url,

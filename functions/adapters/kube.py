@@ -29,7 +29,7 @@ from functions.adapters.tls import never_used
 from functions.errors import KubeConflict, KubeRefused, KubeUnavailable, LoraflowError
 from functions.logic import mergepatch
 from functions.logic.conditions import timestamp
-from functions.observability import KUBE_CONFLICTS, KUBE_REQUESTS
+from functions.observability import KUBE_CONFLICTS, KUBE_REQUESTS, WARNING_EVENTS
 from functions.ports import StatusFn, Written
 from functions.resources.kinds import Kind
 
@@ -272,6 +272,21 @@ class Kube:
             return Written(stored, changed=True, before=obj)
         raise KubeConflict(f"{kind.plural}/{name} kept changing under us ({WRITE_ATTEMPTS} attempts)")
 
+    def annotate(self, kind: Kind, namespace: str, name: str, annotations: dict[str, str]) -> Obj | None:
+        """Merge-patch `metadata.annotations` without a resourceVersion: the last write wins,
+        which is what a value only its one writer sets wants (the filer source's cursor).
+        None when the object does not exist."""
+        body: Obj = {"metadata": {"annotations": annotations}}
+        try:
+            stored: Obj = self._call(
+                "patch", kind, partial(self._patch, kind, namespace, name, body, subresource=False)
+            )
+        except ApiError as err:
+            if err.status == 404:
+                return None
+            raise _translate(err, "patch", f"{kind.plural}/{name}") from err
+        return stored
+
     # -- events ------------------------------------------------------------------------------
     def record_event(
         self, obj: Obj, event_type: str, reason: str, message: str, component: str, now: datetime
@@ -307,6 +322,8 @@ class Kube:
             "lastTimestamp": stamp,
             "count": 1,
         }
+        if event_type == "Warning":
+            WARNING_EVENTS.labels(component, reason).inc()  # counted even if the write fails
         try:
             KUBE_REQUESTS.labels("create", "events").inc()
             self._api.request("POST", f"/api/v1/namespaces/{quote(namespace, safe='')}/events", body=body)

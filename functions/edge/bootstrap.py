@@ -8,6 +8,7 @@ imports no httpx transport for one); tests hand `Deps` their fakes by keyword in
 
 from __future__ import annotations
 
+import os
 import threading
 from collections.abc import Callable
 from datetime import UTC, datetime
@@ -110,10 +111,15 @@ class Deps:
 
 
 @cache
-def deps() -> Deps:
-    """The process's Deps, from the environment (the functions-framework entry points use it)."""
+def deps(function: str = "") -> Deps:
+    """The Deps of one function of this process, from the environment (the functions-framework
+    entry points use it). In a cluster a process serves one function with its own
+    ServiceAccount; the embedded stack serves all of them in one process, so `KUBECONFIG_<NAME>`
+    (e.g. KUBECONFIG_LOAD) gives each function its own account's kubeconfig there."""
     configure_logging()
-    return Deps(Settings.from_env())
+    settings = Settings.from_env()
+    own = os.environ.get(f"KUBECONFIG_{function.upper()}") if function else None
+    return Deps(settings.model_copy(update={"kubeconfig": own}) if own else settings)
 
 
 def reset_deps() -> None:

@@ -97,7 +97,7 @@ def _conditions(obj: Obj) -> dict[str, Obj]:
     return {c.get("type"): c for c in (obj.get("status") or {}).get("conditions") or []}
 
 
-def _failed_v1(adapter: Obj) -> bool:
+def _failed_vllm(adapter: Obj) -> bool:
     ready = _conditions(adapter).get(reasons.READY) or {}
     return (adapter.get("status") or {}).get("phase") == "Failed" or ready.get("reason") in reasons.TERMINAL
 
@@ -187,7 +187,9 @@ def world_of(snapshot: Snapshot, policy: Policy) -> tuple[serving.World, dict[Ad
     return serving.World(adapters, targets, pods, policy), objects
 
 
-def drift(snapshot: Snapshot, mount_root: str) -> list[Nudge]:
+def drift(snapshot: Snapshot, mount_root: str, restat: str | None = None) -> list[Nudge]:
+    """`restat`: a reason to nudge stat for every admitted seed-1 adapter whatever its state (a
+    full resync: storage changes may have gone unnoticed, and a Ready adapter's files too)."""
     nudges: dict[tuple[str, str, str, str], list[str]] = defaultdict(list)
     judged = {"lifecycle": snapshot.lifecycle, "serving": snapshot.serving}
 
@@ -204,7 +206,7 @@ def drift(snapshot: Snapshot, mount_root: str) -> list[Nudge]:
 
     world, objects = world_of(snapshot, Policy(mount_root=mount_root))
     services = {(facts.namespace_of(s), facts.name_of(s)): s for s in snapshot.services}
-    admitting = _lifecycle(world, objects, services, snapshot.models, adder("lifecycle"))
+    admitting = _lifecycle(world, objects, services, snapshot.models, adder("lifecycle"), restat)
     _serving_drift(world, objects, admitting, adder("serving"))
     return [Nudge(*key, "; ".join(dict.fromkeys(reasons_))) for key, reasons_ in sorted(nudges.items())]
 
@@ -215,6 +217,7 @@ def _lifecycle(
     services: Mapping[Namespaced, Obj],
     models: frozenset[Namespaced],
     add: Callable[[AdapterKey, str, str], None],
+    restat: str | None = None,
 ) -> set[AdapterKey]:
     """Deletions to finish, admissions to redo, observations to repeat; returns the adapters an
     earlier step owns now (their serving is judged once that step has ruled)."""
@@ -242,8 +245,10 @@ def _lifecycle(
             add(key, "admit", reason)
             waiting.add(key)
             continue
+        if restat is not None:
+            add(key, "stat", restat)
         serve = world.adapters[key].serve
-        if serve == "drop" and not _failed_v1(obj):
+        if serve == "drop" and not _failed_vllm(obj):
             add(key, "stat", "admitted but not Ready: files may have arrived unnoticed")
         elif serve == "hold":
             add(key, "stat", "a change is waiting for the integrity check (its verify may be lost)")

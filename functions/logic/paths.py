@@ -39,7 +39,7 @@ def check_subdomain(value: str, what: str) -> str:
 
 
 def adapter_dir(namespace: str, model: str, name: str) -> str:
-    """`/loraadapters/{namespace}/{model}/{name}/` (seed 1 layout), trailing slash included."""
+    """`/loraadapters/{namespace}/{model}/{name}/` (vllm layout), trailing slash included."""
     check_label(namespace, "namespace")
     check_subdomain(model, "model")
     check_subdomain(name, "adapter name")
@@ -71,7 +71,7 @@ def check_storage_path(path: str) -> str:
 
 
 def adapter_of_path(path: str) -> tuple[str, str, str] | None:
-    """(namespace, model, name) of a file path under the seed-1 layout, if it has one."""
+    """(namespace, model, name) of a file path under the vllm layout, if it has one."""
     parts = check_storage_path(path).split("/")
     # ['', 'loraadapters', ns, model, name, file...]
     if len(parts) < 6:

@@ -1,4 +1,4 @@
-"""Seed-1 `phase` and `ready`, derived from the Ready condition and the observation (pure).
+"""The vllm kind's `phase` and `ready`, derived from the Ready condition and the observation (pure).
 
 `phase` is never set on its own: every writer (admit, stat, verify) calls `summarize` on the
 conditions it is about to write, so phase and ready always agree with Ready.
@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 from functions.logic import reasons
 from functions.logic.conditions import find
 
-if TYPE_CHECKING:  # the seed-1 models are not imported by the steps that do not read them
+if TYPE_CHECKING:  # the vllm models are not imported by the steps that do not read them
     from functions.resources.meta import Condition
     from functions.resources.rackai import Phase
 
@@ -48,7 +48,7 @@ ADMIT_ERRORS = reasons.ADMIT_ERRORS
 
 
 def summarize(conditions: Sequence[Condition] | None, files_seen: bool) -> tuple[Phase, bool]:
-    """(phase, ready) of a seed-1 adapter."""
+    """(phase, ready) of a vllm adapter."""
     ready = find(conditions, READY)
     if ready is not None and ready.status == "True":
         return "Ready", True

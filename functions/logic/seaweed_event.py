@@ -1,25 +1,24 @@
-"""Our own typed reading of SeaweedFS ``filer_pb.EventNotification`` (``weed/pb/filer.proto``).
+"""Our typed reading of SeaweedFS ``filer_pb.EventNotification`` (``weed/pb/filer.proto``).
 
 Two encodings travel:
 
-* protobuf bytes (``proto.Marshal``): Kafka values, Pub/Sub data, and the ``aws_sqs`` queue, where
+* protobuf bytes (``proto.Marshal``): Kafka values, Pub/Sub data, the ``aws_sqs`` queue, where
   ``weed/notification/aws_sqs/aws_sqs_pub.go`` sends ``MessageBody: string(bytes)`` -- raw binary in
-  a string. :func:`decode_event_notification` reads bytes; :func:`decode_sqs_body` first turns an SQS
-  body back into bytes (see its docstring for how).
+  a string -- and the filer's metadata log (``SubscribeMetadata``). The official ``protobuf``
+  runtime decodes them with the messages generated from functions/proto/filer.proto:
+  :func:`decode_event_notification` reads bytes, :func:`from_proto` a decoded message, and
+  :func:`decode_sqs_body` first turns an SQS body back into bytes (see its docstring for how).
 * Go ``encoding/json`` of the generated struct (the ``webhook`` queue, ``weed/notification/webhook``):
   snake_case protobuf json tags with ``omitempty`` (false/0/""/empty omitted), ``[]byte`` as std
-  base64, int64/uint64 as JSON numbers. :func:`parse_webhook_message`.
-
-Only decoders live here: the tests feed them bytes the real filer sent and bytes the official
-``protobuf`` runtime encoded (tests/support/filer_pb.py), never bytes of our own encoding.
+  base64, int64/uint64 as JSON numbers (not protojson). :func:`parse_webhook_message`.
 
 Fields read (numbers from ``weed/pb/filer.proto``)::
 
     EventNotification: old_entry 1, new_entry 2, delete_chunks 3, new_parent_path 4,
                        is_from_other_cluster 5, signatures 6 (repeated int32)
-    Entry:             name 1, is_directory 2, chunks 3, attributes 4, extended 5, ...
+    Entry:             name 1, is_directory 2, attributes 4 (chunks 3, extended 5, ... unread)
     FuseAttributes:    file_size 1 (uint64), mtime 2 (int64, unix s), file_mode 3 (uint32),
-                       uid 4, gid 5, crtime 6 (int64), mime 7, ..., md5 14 (bytes)
+                       crtime 6 (int64), mime 7, md5 14 (bytes)
 
 Unknown fields are skipped, as any protobuf reader does. Event semantics
 (``weed/filer/filer_notify.go``): create = new only; delete = old only; update = both, same
@@ -34,20 +33,10 @@ import binascii
 import posixpath
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
-from functions.logic.protowire import (
-    Fields,
-    ProtoDecodeError,
-    as_signed32,
-    as_signed64,
-    decode_message,
-    decode_packed_varints,
-    get_bool,
-    get_bytes,
-    get_int,
-    get_string,
-)
+if TYPE_CHECKING:
+    from functions.proto import filer_pb2
 
 __all__ = [
     "EntryInfo",
@@ -60,6 +49,7 @@ __all__ = [
     "decode_event_notification",
     "decode_sqs_body",
     "event_type_of",
+    "from_proto",
     "join_path",
     "parse_webhook_message",
 ]
@@ -69,6 +59,10 @@ EventType = Literal["create", "update", "delete", "rename"]
 
 class InvalidNotification(ValueError):
     """A webhook message (JSON form) or a notification that cannot be interpreted."""
+
+
+class ProtoDecodeError(ValueError):
+    """Bytes that are not a protobuf EventNotification (the message says what was tried)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,55 +110,45 @@ class FileChange:
 # ------------------------------------------------------------------------------ protobuf decode
 
 
-def _decode_attributes(raw: bytes, what: str) -> dict[str, Any]:
-    f = decode_message(raw, what=what)
-    md5 = get_bytes(f, 14, what=f"{what}.md5")
-    return {
-        "file_size": get_int(f, 1, what=f"{what}.file_size") or 0,
-        "mtime": as_signed64(get_int(f, 2, what=f"{what}.mtime") or 0),
-        "file_mode": (get_int(f, 3, what=f"{what}.file_mode") or 0) & 0xFFFFFFFF,
-        "crtime": as_signed64(get_int(f, 6, what=f"{what}.crtime") or 0),
-        "mime": get_string(f, 7, what=f"{what}.mime") or "",
-        "md5": md5 or None,  # proto3: empty bytes == absent
-    }
-
-
-def _decode_entry(raw: bytes, what: str) -> EntryInfo:
-    f = decode_message(raw, what=what)
-    attrs_raw = get_bytes(f, 4, what=f"{what}.attributes")
-    attrs = _decode_attributes(attrs_raw, f"{what}.attributes") if attrs_raw is not None else {}
+def _entry(entry: filer_pb2.Entry) -> EntryInfo:
+    attributes = entry.attributes
     return EntryInfo(
-        name=get_string(f, 1, what=f"{what}.name") or "",
-        is_directory=get_bool(f, 2, what=f"{what}.is_directory"),
-        **attrs,
+        name=entry.name,
+        is_directory=entry.is_directory,
+        file_size=attributes.file_size,
+        md5=attributes.md5 or None,  # proto3: empty bytes == absent
+        mtime=attributes.mtime,
+        crtime=attributes.crtime,
+        file_mode=attributes.file_mode,
+        mime=attributes.mime,
     )
 
 
-def _signatures(f: Fields, what: str) -> tuple[int, ...]:
-    out: list[int] = []
-    for value in f.get(6, []):
-        if isinstance(value, bytes):  # packed (proto3 default)
-            out.extend(as_signed32(v) for v in decode_packed_varints(value, what=what))
-        else:
-            out.append(as_signed32(value))
-    return tuple(out)
+def from_proto(message: filer_pb2.EventNotification) -> Notification:
+    """Our record of a decoded EventNotification (an entry is present only when it was sent)."""
+    return Notification(
+        old_entry=_entry(message.old_entry) if message.HasField("old_entry") else None,
+        new_entry=_entry(message.new_entry) if message.HasField("new_entry") else None,
+        delete_chunks=message.delete_chunks,
+        new_parent_path=message.new_parent_path,
+        is_from_other_cluster=message.is_from_other_cluster,
+        signatures=tuple(message.signatures),
+    )
 
 
 def decode_event_notification(data: bytes) -> Notification:
-    """Decode ``proto.Marshal(EventNotification)`` bytes. Raises :class:`ProtoDecodeError` naming
-    the field that could not be decoded (for example ``EventNotification.new_entry.attributes``)."""
-    what = "EventNotification"
-    f = decode_message(data, what=what)
-    old_raw = get_bytes(f, 1, what=f"{what}.old_entry")
-    new_raw = get_bytes(f, 2, what=f"{what}.new_entry")
-    return Notification(
-        old_entry=_decode_entry(old_raw, f"{what}.old_entry") if old_raw is not None else None,
-        new_entry=_decode_entry(new_raw, f"{what}.new_entry") if new_raw is not None else None,
-        delete_chunks=get_bool(f, 3, what=f"{what}.delete_chunks"),
-        new_parent_path=get_string(f, 4, what=f"{what}.new_parent_path") or "",
-        is_from_other_cluster=get_bool(f, 5, what=f"{what}.is_from_other_cluster"),
-        signatures=_signatures(f, f"{what}.signatures"),
-    )
+    """Decode ``proto.Marshal(EventNotification)`` bytes with the official runtime. Raises
+    :class:`ProtoDecodeError` (truncated or malformed bytes, a string that is not UTF-8)."""
+    from google.protobuf.message import DecodeError
+
+    from functions.proto import filer_pb2  # imported on first use: only these paths need it
+
+    try:
+        message = filer_pb2.EventNotification.FromString(data)
+    except DecodeError as err:
+        what = f"EventNotification: {len(data)} bytes are not a valid message ({err})"
+        raise ProtoDecodeError(what) from None
+    return from_proto(message)
 
 
 # ------------------------------------------------------------------------------ SQS body

@@ -1,4 +1,4 @@
-"""Seed 2 (`inference.rackai.rackspace.com/v1alpha1`): LoRAAdapter for SGLang, InferenceService."""
+"""The sglang kind (`inference.rackai.rackspace.com/v1alpha1`): LoRAAdapter for SGLang, InferenceService."""
 
 from __future__ import annotations
 

@@ -9,9 +9,9 @@ from __future__ import annotations
 from typing import NamedTuple
 
 RACKAI_GROUP = "rackai.rackspace.com"
-"""Seed 1: LoRAAdapter (vLLM), Model, ModelDeployment."""
+"""The vllm kind: LoRAAdapter (vLLM), Model, ModelDeployment."""
 INFERENCE_GROUP = "inference.rackai.rackspace.com"
-"""Seed 2: LoRAAdapter (SGLang), InferenceService."""
+"""The sglang kind: LoRAAdapter (SGLang), InferenceService."""
 VERSION = "v1alpha1"
 
 FINALIZER = "loraflow.io/unload"
@@ -43,6 +43,8 @@ MODEL_DEPLOYMENT = Kind(RACKAI_GROUP, VERSION, "modeldeployments", "ModelDeploym
 SGLANG_ADAPTER = Kind(INFERENCE_GROUP, VERSION, "loraadapters", "LoRAAdapter")
 INFERENCE_SERVICE = Kind(INFERENCE_GROUP, VERSION, "inferenceservices", "InferenceService")
 POD = Kind("", "v1", "pods", "Pod")
+LEASE = Kind("coordination.k8s.io", "v1", "leases", "Lease")
+"""Where the filer source keeps its cursor (annotations of one Lease in its own namespace)."""
 
 ADAPTER_KINDS = {VLLM_ADAPTER.api_version: VLLM_ADAPTER, SGLANG_ADAPTER.api_version: SGLANG_ADAPTER}
 

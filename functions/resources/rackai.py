@@ -1,4 +1,4 @@
-"""Seed 1 (`rackai.rackspace.com/v1alpha1`): LoRAAdapter stored in SeaweedFS, Model, ModelDeployment."""
+"""The vllm kind (`rackai.rackspace.com/v1alpha1`): LoRAAdapter in SeaweedFS, Model, ModelDeployment."""
 
 from __future__ import annotations
 
@@ -77,6 +77,16 @@ class LoRAAdapter(WireModel):
     metadata: ObjectMeta = Field(default_factory=ObjectMeta)
     spec: LoRAAdapterSpec
     status: LoRAAdapterStatus | None = None
+
+    def declared_md5s(self) -> dict[str, str]:
+        """spec.integrity.md5: each declared file's expected MD5 (none declared: empty)."""
+        integrity = self.spec.integrity
+        return dict(integrity.md5 or {}) if integrity is not None else {}
+
+    def recorded_files(self) -> dict[str, FileStatus]:
+        """status.integrity.files: what stat last observed of each file."""
+        integrity = self.status.integrity if self.status is not None else None
+        return dict(integrity.files or {}) if integrity is not None else {}
 
 
 class ModelSpec(WireModel):

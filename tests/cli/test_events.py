@@ -74,7 +74,7 @@ def test_follow_polls_from_the_last_cursor(
     assert main(["events", "--broker-url", broker.url, "--follow", "--interval", "0.1"]) == 0
 
     lines = capsys.readouterr().out.splitlines()
-    assert [line.split()[3] for line in lines] == ["first", "second"]  # each once, in order
+    assert [line.split()[4] for line in lines] == ["first", "second"]  # each once, in order
 
 
 def test_cursor_is_exclusive_and_shapes_are_tolerated() -> None:
@@ -87,3 +87,15 @@ def test_unreachable_or_missing_log_exits_1(capsys: pytest.CaptureFixture[str]) 
     assert main(["events", "--broker-url", "http://127.0.0.1:9"]) == 1
     err = capsys.readouterr().err
     assert "cannot reach the broker" in err and "Traceback" not in err
+
+
+def test_each_line_names_its_trace(broker: Broker, capsys: pytest.CaptureFixture[str]) -> None:
+    """The first 8 hex digits of the trace the event came with (W3C header), `-` without one."""
+    event = CloudEvent({"type": "io.loraflow.adapter.ready.v1", "source": "/t", "subject": "s"}, {})
+    headers, body = to_binary(event)
+    traced = {**headers, "traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"}
+    assert httpx.post(broker.url, headers=traced, content=body).status_code == 202
+    publish(broker, "io.loraflow.adapter.ready.v1", "s")
+
+    assert main(["events", "--broker-url", broker.url]) == 0
+    assert [line.split()[1] for line in capsys.readouterr().out.splitlines()] == ["4bf92f35", "-"]

@@ -55,7 +55,7 @@ def write_adapter_dir(root: Path) -> None:
 
 @pytest.fixture
 def scene(stack: CliStack, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> dict[str, Any]:
-    """A Ready seed-1 adapter on a 2-replica ModelDeployment, loaded in one pod only; a seed-2
+    """A Ready vllm adapter on a 2-replica ModelDeployment, loaded in one pod only; an sglang
     adapter on a 1-replica SGLang InferenceService, loaded there, with an old error."""
     namespace = stack.namespace()
     source = tmp_path / "finance"

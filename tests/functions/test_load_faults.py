@@ -30,7 +30,7 @@ FAULTS: dict[str, tuple[dict[str, Any], str]] = {
 }
 
 
-def seed1(world: Testbed, replicas: int = 5) -> tuple[str, str, list[str]]:
+def vllm_deployment(world: Testbed, replicas: int = 5) -> tuple[str, str, list[str]]:
     ns = world.namespace()
     directory = f"/loraadapters/{ns}/m1/a1"
     world.upload(f"{directory}/adapter_config.json", json.dumps({"peft_type": "LORA", "r": 8}).encode())
@@ -64,7 +64,7 @@ def warnings(world: Testbed, ns: str) -> list[str]:
 @pytest.mark.parametrize("fault", sorted(FAULTS))
 def test_one_failing_replica_of_five(world: Testbed, fault: str) -> None:
     spec, reason = FAULTS[fault]
-    ns, path, pods = seed1(world)
+    ns, path, pods = vllm_deployment(world)
     bad = pods[2]
     replica = world.workload.replica(ns, bad)
     replica.inject(**spec)
@@ -97,7 +97,7 @@ def test_one_failing_replica_of_five(world: Testbed, fault: str) -> None:
 
 
 def test_unreachable_listing_is_retried_and_named(world: Testbed) -> None:
-    ns, _, pods = seed1(world)
+    ns, _, pods = vllm_deployment(world)
     bad = pods[0]
     world.workload.replica(ns, bad).inject(status=500, routes=["models"], times=1)
     response = drifted(world, ns)
@@ -109,7 +109,7 @@ def test_unreachable_listing_is_retried_and_named(world: Testbed) -> None:
 
 
 def test_deployment_event_with_a_failing_replica(world: Testbed) -> None:
-    ns, path, pods = seed1(world)
+    ns, path, pods = vllm_deployment(world)
     bad = pods[4]
     world.workload.replica(ns, bad).inject(status=500, routes=["load"], times=1)
     md = world.get(MODEL_DEPLOYMENT, ns, "d1")

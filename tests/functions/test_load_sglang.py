@@ -1,4 +1,4 @@
-"""load and reload of the seed-2 (SGLang) LoRAAdapter over real HTTP against the stand-ins.
+"""load and reload of the sglang LoRAAdapter over real HTTP against the stand-ins.
 
 The seed's rules: Available (admit: spec well-formed, target exists and runs sglang, else
 RuntimeMismatch), Loaded (SGLang reported success), Error (the underlying reason), loadedPath

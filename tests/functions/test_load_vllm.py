@@ -1,4 +1,4 @@
-"""load (seed 1) over real HTTP against the Kubernetes, filer and vLLM stand-ins."""
+"""load (the vllm kind) over real HTTP against the Kubernetes, filer and vLLM stand-ins."""
 
 from __future__ import annotations
 

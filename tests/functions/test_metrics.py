@@ -8,7 +8,13 @@ from collections.abc import Mapping
 from cloudevents.http import CloudEvent
 from prometheus_client.parser import text_string_to_metric_families
 
-from events.domain import ADAPTER_ADMITTED, ADAPTER_READY, ADAPTER_STAT_COMPLETED, FILE_CHANGED
+from events.domain import (
+    ADAPTER_ADMITTED,
+    ADAPTER_FAILED,
+    ADAPTER_READY,
+    ADAPTER_STAT_COMPLETED,
+    FILE_CHANGED,
+)
 from events.external import API_ADD
 from tests.support.builders import CONFIG, WEIGHTS, Flow, setup_adapter
 from tests.support.testbed import Testbed
@@ -71,6 +77,27 @@ def test_a_lifecycle_moves_the_counters(world: Testbed) -> None:
         assert delta(before, after, "loraflow_step_duration_seconds_sum", function=function) > 0
     assert kube_total(after, "loraadapters") > kube_total(before, "loraadapters")
     assert kube_total(after, "models") > kube_total(before, "models")
+    # every accepted event's age (its `time` attribute to its handling), by function and type
+    for function, type_ in (("admit", API_ADD), ("stat", FILE_CHANGED), ("verify", ADAPTER_STAT_COMPLETED)):
+        assert delta(before, after, "loraflow_event_age_seconds_count", function=function, type=type_) >= 1
+    assert value(after, "process_resident_memory_bytes") > 0
+
+
+def test_a_failing_verdict_counts_its_warning_event(world: Testbed) -> None:
+    before = scrape(world, "verify")
+    flow = Flow(world)
+    _, directory = setup_adapter(world, flow)
+    world.upload(directory + "adapter_config.json", b"{}")  # not the declared bytes: IntegrityCheckFailed
+    world.upload(directory + "adapter_model.safetensors", WEIGHTS)
+    change = world.event(FILE_CHANGED, {"path": directory + "adapter_config.json", "eventType": "create"})
+    assert [r["type"] for r in flow.send("stat", change)][-1] == ADAPTER_FAILED
+    after = scrape(world, "verify")
+    assert (
+        delta(
+            before, after, "loraflow_warning_events_total", function="verify", reason="IntegrityCheckFailed"
+        )
+        == 1
+    )
 
 
 def test_rejected_and_ignored_events_are_counted_by_outcome(world: Testbed) -> None:
@@ -93,6 +120,10 @@ def test_every_function_serves_metrics(world: Testbed) -> None:
         "loraflow_step_duration_seconds histogram",
         "loraflow_kube_requests_total counter",
         "loraflow_engine_request_duration_seconds histogram",
+        "loraflow_event_age_seconds histogram",
+        "loraflow_warning_events_total counter",
+        "loraflow_dead_letters_total counter",
+        "process_cpu_seconds_total counter",
     )
     for function, url in world.host.urls.items():
         response = world.http.get(url + "metrics")

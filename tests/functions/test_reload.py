@@ -1,4 +1,4 @@
-"""reload (seed 1) over real HTTP: new replicas after a scale-up and restarted engines get back
+"""reload (the vllm kind) over real HTTP: new replicas after a scale-up and restarted engines get back
 the adapters their ModelDeployment serves; pods that already have them are left alone."""
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from tests.support.testbed import Testbed
 
 
 def make_adapter(world: Testbed, ns: str, name: str, model: str = "m1") -> str:
-    """A Ready seed-1 adapter with its files in the filer; returns the engine-side lora_path."""
+    """A Ready vllm adapter with its files in the filer; returns the engine-side lora_path."""
     directory = f"/loraadapters/{ns}/{model}/{name}"
     world.upload(f"{directory}/adapter_config.json", json.dumps({"peft_type": "LORA", "r": 8}).encode())
     world.upload(f"{directory}/adapter_model.safetensors", b"weights")

@@ -82,9 +82,9 @@ def delete(world: Testbed, kind: Kind, ns: str, name: str) -> None:
     assert obj is not None and obj["metadata"]["finalizers"] == [FINALIZER]
 
 
-def resync(world: Testbed, ns: str) -> list[CloudEvent]:
+def resync(world: Testbed, ns: str, data: dict[str, Any] | None = None) -> list[CloudEvent]:
     world.sink.clear()
-    ping = world.event(PING, {"resync": True})
+    ping = world.event(PING, data or {"resync": True})
     response = world.post("resync", ping)
     assert response.status_code == 204, response.text
     return [e for e in world.sink.of_type(ADAPTER_DRIFTED) if data_of(e)["adapter"]["namespace"] == ns]
@@ -215,3 +215,15 @@ def test_nudges_repair_the_drift(world: Testbed) -> None:
     assert world.get(SGLANG_ADAPTER, ns, "s-deleting") is None
     stale = world.get(VLLM_ADAPTER, ns, "stale")
     assert stale is not None and stale["status"]["usedBy"] == ["d1"]
+
+
+def test_a_full_resync_restats_the_ready_adapters_too(world: Testbed) -> None:
+    """The filer source's tick after its log lost events (`full: true`): besides the ordinary
+    nudges, stat for every admitted seed-1 adapter, with the source's reason."""
+    ns, _ = drifted_world(world)
+    reason = "the filer's metadata log starts after the cursor"
+    events = resync(world, ns, {"resync": True, "full": True, "reason": reason})
+    restats = {(v, name) for v, name, step in summary(events) if step == "stat"}
+    assert restats == {(V1, "synced"), (V1, "missing"), (V1, "stale"), (V1, "unverified"), (V1, "extra")}
+    assert reasons(events)[("synced", "stat")] == reason
+    assert [e for e in summary(events) if e[2] != "stat"] == [e for e in EXPECTED if e[2] != "stat"]

@@ -27,7 +27,7 @@ STATIC = {"sys-lora": "/models/sys-lora"}
 
 # -- helpers ----------------------------------------------------------------------------------------
 def make_adapter(world: Testbed, ns: str, name: str) -> str:
-    """A Ready seed-1 adapter carrying our finalizer; returns the engine-side lora_path."""
+    """A Ready vllm adapter carrying our finalizer; returns the engine-side lora_path."""
     directory = f"/loraadapters/{ns}/m1/{name}"
     world.upload(f"{directory}/adapter_config.json", json.dumps({"peft_type": "LORA", "r": 8}).encode())
     world.upload(f"{directory}/adapter_model.safetensors", b"weights")
@@ -95,7 +95,7 @@ def delete(world: Testbed, kind: Kind, ns: str, name: str) -> dict[str, Any]:
     return obj
 
 
-# -- seed 1 -----------------------------------------------------------------------------------------
+# -- the vllm kind -----------------------------------------------------------------------------------------
 def test_removed_from_deployment_spec_is_unloaded_there_only(world: Testbed) -> None:
     ns = world.namespace()
     p1, p2 = make_adapter(world, ns, "a1"), make_adapter(world, ns, "a2")
@@ -191,7 +191,7 @@ def test_update_without_deletion_is_ignored(world: Testbed) -> None:
     assert loaded(world, ns, pods[0]) == {**STATIC, "a1": path}
 
 
-# -- seed 2 -----------------------------------------------------------------------------------------
+# -- the sglang kind -----------------------------------------------------------------------------------------
 def test_deleted_sglang_adapter_is_unloaded_and_finalized(world: Testbed) -> None:
     ns = world.namespace()
     world.create(

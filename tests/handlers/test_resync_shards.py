@@ -20,7 +20,8 @@ from hypothesis import strategies as st
 
 from events.domain import STEP_EXTENSION
 from events.external import PING
-from functions import _inputs, resync
+from functions import resync
+from functions.edge import inputs
 from functions.edge.bootstrap import Deps
 from functions.logic import drift
 from functions.logic.facts import file_set
@@ -156,7 +157,7 @@ def _whole_world(kube: FakeKube, engines: FakeEngines, deps: Deps) -> drift.Snap
         "isvc": defaultdict(dict),
     }
     for obj in kube.iter(POD):
-        target = _inputs.serving_target(obj)
+        target = inputs.serving_target(obj)
         ep = resync.fleet.endpoint_of(deps, obj, target) if target is not None else None
         if target is None or ep is None:
             continue

@@ -7,6 +7,8 @@
   emit has a subscriber (or is listed as public output only);
 - every FUNCTION_TARGET exists in main.py (parsed with ast; docs/contracts.md list as fallback);
 - RBAC grants only the listed verbs: no wildcard, no delete.
+
+The optional parts (knative/components/) are rendered and checked in test_components.py.
 """
 
 from __future__ import annotations
@@ -24,12 +26,21 @@ import pytest
 import yaml
 
 from events.catalog import CATALOG
+from tests.support.manifests import (
+    K8S_VERSION,
+    ROOT_FIELDS,
+    crd_schemas,
+    filter_types,
+    is_custom,
+    validator_for,
+)
 from tests.support.schemas import to_json_schema
 
 ROOT = Path(__file__).resolve().parents[2]
 KNATIVE_CRDS = Path(__file__).parent / "knative-crds"
-K8S_VERSION = "1.32"
 CONTRACT_FUNCTIONS = {"admit", "stat", "verify", "load", "reload", "unload", "resync", "ingest"}
+# ingest's only Trigger is the SQS one (components/sqs): the webhook queue posts to it directly.
+TRIGGERED_BY_DEFAULT = CONTRACT_FUNCTIONS - {"ingest"}
 # Types we emit that no step of ours consumes: outputs for platform teams' own Triggers.
 PUBLIC_OUTPUT_ONLY = {
     "io.loraflow.adapter.loaded.v1",
@@ -38,7 +49,6 @@ PUBLIC_OUTPUT_ONLY = {
     "io.loraflow.pod.reloaded.v1",
 }
 APISERVER_TYPES = {f"dev.knative.apiserver.resource.{op}" for op in ("add", "update", "delete")}
-ROOT_FIELDS = {"apiVersion": "string", "kind": "string", "metadata": "object"}
 ALLOWED_VERBS = {"get", "list", "watch", "patch", "update", "create"}
 
 Obj = dict[str, Any]
@@ -67,44 +77,19 @@ def ident(obj: Obj) -> str:
 # --- schemas -----------------------------------------------------------------------------
 
 
-@cache
-def knative_schemas() -> dict[tuple[str, str], Obj]:
-    """(apiVersion, kind) -> openAPIV3Schema from the vendored Knative CRDs (and ours)."""
-    found: dict[tuple[str, str], Obj] = {}
-    paths = [*KNATIVE_CRDS.glob("*.yaml"), *(ROOT / "knative" / "crds").glob("*.yaml")]
-    for path in paths:
-        for crd in yaml.safe_load_all(path.read_text()):
-            if not crd or crd.get("kind") != "CustomResourceDefinition":
-                continue
-            for version in crd["spec"]["versions"]:
-                key = (f"{crd['spec']['group']}/{version['name']}", crd["spec"]["names"]["kind"])
-                found[key] = version["schema"]["openAPIV3Schema"]
-    return found
-
-
-def is_custom(obj: Obj) -> bool:
-    return (obj["apiVersion"], obj["kind"]) in knative_schemas()
-
-
-def validator_for(api_version: str, kind: str) -> jsonschema.Draft7Validator:
-    schema = to_json_schema(knative_schemas()[(api_version, kind)])
-    # The apiserver owns apiVersion, kind and metadata; Knative's schemas leave them out.
-    schema["properties"] |= {k: {"type": t} for k, t in ROOT_FIELDS.items()}
-    return jsonschema.Draft7Validator(schema)
-
-
 def test_kustomize_renders_every_file() -> None:
     kinds = {o["kind"] for o in rendered()}
     expected = {"Namespace", "CustomResourceDefinition", "ServiceAccount", "ClusterRole"}
     expected |= {"ClusterRoleBinding", "ConfigMap", "Broker", "Service", "Trigger"}
-    expected |= {"ApiServerSource", "PingSource", "SinkBinding", "IntegrationSource"}
+    expected |= {"ApiServerSource", "PingSource", "SinkBinding", "EventType"}
     assert expected <= kinds
+    assert "IntegrationSource" not in kinds, "the SQS path is optional: components/sqs"
     assert len(of_kind("CustomResourceDefinition")) == 5
 
 
 @pytest.mark.parametrize("obj", [o for o in rendered() if is_custom(o)], ids=ident)
 def test_custom_object_validates_against_its_crd(obj: Obj) -> None:
-    schema = to_json_schema(knative_schemas()[(obj["apiVersion"], obj["kind"])])
+    schema = to_json_schema(crd_schemas()[(obj["apiVersion"], obj["kind"])])
     # The apiserver owns apiVersion, kind and metadata; Knative's schemas leave them out.
     schema["properties"] |= {k: {"type": t} for k, t in ROOT_FIELDS.items()}
     errors = [
@@ -148,16 +133,6 @@ def emitted_types() -> set[str]:
     return {e.type for e in CATALOG if e.direction == "emitted"}
 
 
-def filter_types(node: Any) -> set[str]:
-    """Every `type` value named anywhere in a filter expression."""
-    if isinstance(node, list):
-        return {t for child in node for t in filter_types(child)}
-    if not isinstance(node, dict):
-        return set()
-    found = {node["type"]} if isinstance(node.get("type"), str) else set()
-    return found | {t for child in node.values() for t in filter_types(child)}
-
-
 def subscriber(trigger: Obj) -> str:
     name: str = trigger["spec"]["subscriber"]["ref"]["name"]
     return name.removeprefix("loraflow-")
@@ -182,7 +157,7 @@ def test_every_emitted_type_has_a_subscriber() -> None:
 def test_every_function_has_a_trigger_and_a_service() -> None:
     services = {s["metadata"]["name"].removeprefix("loraflow-") for s in of_kind("Service")}
     assert services == CONTRACT_FUNCTIONS | {"dead-letters"}
-    assert {subscriber(t) for t in of_kind("Trigger")} == CONTRACT_FUNCTIONS
+    assert {subscriber(t) for t in of_kind("Trigger")} == TRIGGERED_BY_DEFAULT
 
 
 def test_contract_routes() -> None:
@@ -239,7 +214,7 @@ def test_function_service(service: Obj) -> None:
     assert service["metadata"]["labels"]["networking.knative.dev/visibility"] == "cluster-local"
     template = service["spec"]["template"]
     assert template["metadata"]["annotations"]["autoscaling.knative.dev/min-scale"] == "0"
-    assert template["spec"]["serviceAccountName"] == "loraflow-functions"
+    assert template["spec"]["serviceAccountName"] == f"loraflow-{env['FUNCTION_TARGET']}"  # its own
     c = container(service)
     assert c["image"] == "ghcr.io/loraflow/functions:0.1.0"
     assert c["readinessProbe"]["httpGet"]["path"] == "/healthz"
@@ -248,12 +223,21 @@ def test_function_service(service: Obj) -> None:
     assert {"requests", "limits"} <= set(c["resources"])
 
 
+def test_the_dead_letter_sink_is_our_function() -> None:
+    (sink,) = [s for s in of_kind("Service") if s["metadata"]["name"] == "loraflow-dead-letters"]
+    assert env_of(sink)["FUNCTION_TARGET"] == "dead_letters" in main_py_functions()
+    assert container(sink)["image"] == "ghcr.io/loraflow/functions:0.1.0"
+    assert sink["spec"]["template"]["spec"]["serviceAccountName"] == "loraflow-dead-letters"  # no role
+
+
 def test_config_map_covers_settings_with_defaults() -> None:
     (config,) = of_kind("ConfigMap")
     assert all(key.startswith("LORAFLOW_") for key in config["data"])
     assert "LORAFLOW_WEBHOOK_TOKEN" not in config["data"], "the token belongs in a Secret"
     ingest = next(s for s in FUNCTION_SERVICES if s["metadata"]["name"] == "loraflow-ingest")
     token = env_of(ingest)["LORAFLOW_WEBHOOK_TOKEN"]["secretKeyRef"]
+    # optional in the core (SQS needs none; ingest refuses webhook posts without it), required
+    # by components/webhook (test_components.py)
     assert token == {"name": "loraflow-webhook", "key": "token", "optional": True}
 
 
@@ -278,24 +262,33 @@ def test_rbac_is_least_privilege() -> None:
             assert verb in ALLOWED_VERBS, (role["metadata"]["name"], resource, verb)
 
 
-def test_function_rbac_is_exactly_the_list() -> None:
-    """Reads by get/list (no watch: every handler re-reads), merge patches, core Events."""
-    read = {"get", "list"}
-    expected = {
-        (g, r, v)
-        for g, resources in {
-            "rackai.rackspace.com": ("loraadapters", "modeldeployments"),
-            "inference.rackai.rackspace.com": ("loraadapters", "inferenceservices"),
-            "": ("pods",),
-        }.items()
-        for r in resources
-        for v in read
+def test_each_function_has_its_own_account_and_ingest_none() -> None:
+    """Least privilege per function: its own ServiceAccount, bound to its own ClusterRole only;
+    ingest and dead_letters read nothing from Kubernetes: no binding, no token mounted
+    (tests/reliability/test_rbac_used.py proves every remaining grant is used)."""
+    accounts = {
+        a["metadata"]["name"]: a
+        for a in of_kind("ServiceAccount")
+        if a["metadata"]["namespace"] == "loraflow"
     }
-    expected.add(("rackai.rackspace.com", "models", "get"))
-    for group in ("rackai.rackspace.com", "inference.rackai.rackspace.com"):
-        expected |= {(group, r, "patch") for r in ("loraadapters", "loraadapters/status")}
-    expected.add(("", "events", "create"))
-    assert rules_of("loraflow-functions") == expected
+    bindings = {
+        b["metadata"]["name"]: b
+        for b in of_kind("ClusterRoleBinding")
+        if b["metadata"]["name"].startswith("loraflow-")
+    }
+    for function in CONTRACT_FUNCTIONS | {"dead-letters"}:
+        assert f"loraflow-{function}" in accounts
+        if function in ("ingest", "dead-letters"):
+            account = f"loraflow-{function}"
+            assert accounts[account]["automountServiceAccountToken"] is False
+            assert not [b for b in bindings.values() if any(s["name"] == account for s in b["subjects"])]
+            continue
+        binding = bindings[f"loraflow-{function}"]
+        assert binding["roleRef"]["name"] == f"loraflow-{function}"
+        assert binding["subjects"] == [
+            {"kind": "ServiceAccount", "name": f"loraflow-{function}", "namespace": "loraflow"}
+        ]
+    assert "loraflow-functions" not in accounts
 
 
 def test_source_rbac_is_read_only_on_watched_kinds() -> None:
@@ -321,6 +314,8 @@ def test_every_function_that_publishes_gets_the_broker_url() -> None:
     """K_SINK comes from the SinkBinding, which selects Services by label: a function that
     publishes to the Broker (besides replying) without that label would fail in a cluster."""
     publishing = {p.stem for p in (ROOT / "functions").glob("*.py") if "broker.publish" in p.read_text()}
+    # the filer source is a ContainerSource, whose sink sets its K_SINK (test_filer_source_component)
+    publishing -= {"filer_source"}
     assert publishing == {"admit", "ingest", "load", "resync"}
     (binding,) = of_kind("SinkBinding")
     selector = binding["spec"]["subject"]["selector"]["matchLabels"]

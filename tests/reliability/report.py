@@ -50,7 +50,8 @@ def table(results: dict[str, dict[str, Any]]) -> str:
     scale = results.get("resync_scale")
     if scale:
         lines.append(
-            f"Resync at scale: {scale['v1_adapters']:,} seed-1 + {scale['v2_adapters']:,} seed-2 adapters, "
+            f"Resync at scale: {scale['vllm_adapters']:,} vllm + {scale['sglang_adapters']:,} sglang "
+            "adapters, "
             f"{scale['deployments']} deployments, {scale['services']} InferenceServices: {scale['nudges']} "
             f"nudges for {scale['drifted']} drifted, {scale['adapter_list_pages']} adapter list pages, "
             f"{scale['api_requests']} API requests, {scale['resync_s']} s."

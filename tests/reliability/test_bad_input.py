@@ -25,7 +25,7 @@ from events.catalog import BY_TYPE, sample
 from events.domain import ADAPTER_DRIFTED, FILE_CHANGED, STEP_EXTENSION
 from events.external import API_TYPES, AWS_SQS, PING
 from functions import admit, ingest, load, reload, resync, stat, unload, verify
-from functions._edge import MAX_BODY_BYTES
+from functions.edge.messages import MAX_BODY_BYTES
 from tests.support.testbed import Testbed
 
 ACCEPTS: dict[str, tuple[str, ...]] = {
@@ -359,7 +359,7 @@ def test_huge_bodies(world: Testbed, mode: str) -> None:
             event["data"] = {"pad": padding}
             headers, body = encode(event, mode)
         assert len(body) > MAX_BODY_BYTES
-        response = expect_rejected(world, function, headers, body, ("exceeds", "bytes", "limit"))
+        response = expect_rejected(world, function, headers, body, ("exceeds", "bytes", "limit"), status=413)
         assert str(MAX_BODY_BYTES) in response.text
 
 

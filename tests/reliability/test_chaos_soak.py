@@ -44,27 +44,27 @@ class Chaos:
         return f"{prefix}{self.counter}"
 
     # -- operations ----------------------------------------------------------------------------
-    def create_v1(self) -> None:
+    def create_vllm(self) -> None:
         if len(self.v1) >= MAX_ADAPTERS:
-            return self.delete_v1()
+            return self.delete_vllm()
         name = self._name("a")
-        self.env.seed1(name, corrupt=self.rng.random() < 0.15)
+        self.env.vllm(name, corrupt=self.rng.random() < 0.15)
         self.v1.add(name)
 
-    def delete_v1(self) -> None:
+    def delete_vllm(self) -> None:
         if self.v1:
             name = self.rng.choice(sorted(self.v1))
             self.env.cluster.delete(VLLM_ADAPTER, name)
             self.v1.discard(name)
 
-    def create_v2(self) -> None:
+    def create_sglang(self) -> None:
         if len(self.v2) >= MAX_ADAPTERS:
-            return self.delete_v2()
+            return self.delete_sglang()
         name = self._name("s")
-        self.env.seed2(name, "svc")
+        self.env.sglang(name, "svc")
         self.v2.add(name)
 
-    def delete_v2(self) -> None:
+    def delete_sglang(self) -> None:
         if self.v2:
             name = self.rng.choice(sorted(self.v2))
             self.env.cluster.delete(SGLANG_ADAPTER, name)
@@ -136,10 +136,10 @@ class Chaos:
 
     def step(self) -> None:
         ops = [
-            (self.create_v1, 4),
-            (self.delete_v1, 2),
-            (self.create_v2, 2),
-            (self.delete_v2, 1),
+            (self.create_vllm, 4),
+            (self.delete_vllm, 2),
+            (self.create_sglang, 2),
+            (self.delete_sglang, 1),
             (self.respec, 2),
             (self.scale, 2),
             (self.restart, 2),

@@ -96,7 +96,7 @@ def filer_faults(stack: Stack, env: Env) -> int:
 
 
 def half_truths(stack: Stack, env: Env, since_rv: int) -> list[str]:
-    """Status writes of the good seed-1 adapters that a dependency outage made untrue."""
+    """Status writes of the good vllm adapters that a dependency outage made untrue."""
     events = stack.kube.store.events_after(since_rv)
     assert events is not None, "watch history too short for this scenario"
     found: list[str] = []
@@ -164,12 +164,12 @@ def run_engines(stack: Stack, env: Env) -> tuple[int, int]:
     injected = engine_faults(stack, env)
     ops = 2
     for action in (
-        lambda: env.seed1("a1"),
-        lambda: env.seed1("a2"),
-        lambda: env.seed1("bad", corrupt=True),
-        lambda: env.seed2("s1", "svc"),
+        lambda: env.vllm("a1"),
+        lambda: env.vllm("a2"),
+        lambda: env.vllm("bad", corrupt=True),
+        lambda: env.sglang("s1", "svc"),
         lambda: env.cluster.patch(MODEL_DEPLOYMENT, "d1", {"spec": {"replicas": 3}}),
-        lambda: env.seed1("a3"),
+        lambda: env.vllm("a3"),
     ):
         action()
         ops += 1

@@ -26,11 +26,11 @@ def env(rstack: Stack) -> Env:
     env.deployment("d2", 1, ["a2"])
     env.service("svc", 2)
     env.wait_pods(md={"d1": 2, "d2": 1}, isvc={"svc": 2})
-    env.seed1("a1")
-    env.seed1("a2")
-    env.seed1("spare")  # Ready, named by no deployment
-    env.seed1("bad", corrupt=True)
-    env.seed2("s1", "svc")
+    env.vllm("a1")
+    env.vllm("a2")
+    env.vllm("spare")  # Ready, named by no deployment
+    env.vllm("bad", corrupt=True)
+    env.sglang("s1", "svc")
     violations, _ = quiesce_and_check(rstack, [env.namespace], rounds=10)
     assert violations == [], violations
     return env
@@ -78,7 +78,7 @@ def test_adapter_loaded_where_not_wanted_is_surplus(frozen: Env) -> None:
     assert any(v.rule == "surplus" and "spare" in v.detail for v in found), found
 
 
-def test_seed2_missing_and_surplus(frozen: Env) -> None:
+def test_sglang_missing_and_surplus(frozen: Env) -> None:
     pod = frozen.isvc_pods("svc")[0]
     url = _pod_url(frozen, pod)
     httpx.post(url + "/unload_lora_adapter", json={"lora_name": "s1-v1"}).raise_for_status()
@@ -117,7 +117,7 @@ def test_status_field_that_lies_is_caught(frozen: Env) -> None:
         custom.patch_namespaced_custom_object_status(g, v, frozen.namespace, p, name, {"status": status})
 
 
-def test_seed2_status_that_lies_is_caught(frozen: Env) -> None:
+def test_sglang_status_that_lies_is_caught(frozen: Env) -> None:
     g, v, p = SGLANG_ADAPTER.group, SGLANG_ADAPTER.version, SGLANG_ADAPTER.plural
     current = frozen.stack.custom.get_namespaced_custom_object(g, v, frozen.namespace, p, "s1")
     saved = dict(current["status"])
@@ -136,7 +136,7 @@ def test_seed2_status_that_lies_is_caught(frozen: Env) -> None:
 
 
 def test_finalizer_left_on_deleted_adapter_is_caught(frozen: Env) -> None:
-    frozen.seed1("doomed", upload=False)
+    frozen.vllm("doomed", upload=False)
     eventually(
         lambda: (
             "loraflow.io/unload"
@@ -161,7 +161,7 @@ def _admit_by_hand(env: Env) -> bool:
 
 
 def test_live_adapter_never_admitted_is_caught(frozen: Env) -> None:
-    frozen.seed1("unseen", upload=False)
+    frozen.vllm("unseen", upload=False)
     found = frozen.check()
     assert any(v.rule == "finalizer" and "unseen" in v.subject for v in found), found
     assert any(v.rule == "status" and "unseen" in v.subject for v in found), found

@@ -213,7 +213,7 @@ def test_tokens_and_credentials_never_reach_the_logs(world: Testbed) -> None:
     import os
 
     secret = "hook-secret-" + "z" * 20
-    kube_token = yaml.safe_load(Path(os.environ["KUBECONFIG"]).read_text())["users"][0]["user"]["token"]
+    kube_token = yaml.safe_load(Path(os.environ["KUBECONFIG_LOAD"]).read_text())["users"][0]["user"]["token"]
     stream = io.StringIO()
     handler = logging.StreamHandler(stream)
     handler.setFormatter(JsonFormatter())

@@ -15,7 +15,7 @@ from devstack.eventing.triggers import render
 from devstack.seaweedfs import shared
 from devstack.stack import Stack
 from functions.resources.kinds import MODEL, MODEL_DEPLOYMENT, MODEL_DEPLOYMENT_LABEL, VLLM_ADAPTER
-from tests.support.builders import seed1_adapter
+from tests.support.builders import upload_vllm_adapter
 from tests.support.cluster import Cluster
 from tests.support.wait import eventually
 
@@ -62,7 +62,7 @@ def test_broken_load_trigger_never_loads() -> None:
         cluster.create(MODEL_DEPLOYMENT, "d1", {"model": "llama", "replicas": 2, "loraAdapters": ["a1"]})
         eventually(lambda: len(cluster.pods(selector)) == 2, what="2 pods")
         assert stack.settle()
-        seed1_adapter(cluster, "a1")
+        upload_vllm_adapter(cluster, "a1")
 
         eventually(lambda: (cluster.get(VLLM_ADAPTER, "a1") or {}).get("status", {}).get("phase") == "Ready")
         assert stack.settle(quiet=1.0)

@@ -21,7 +21,7 @@ from functions.resources.kinds import (
     SGLANG_ADAPTER,
     VLLM_ADAPTER,
 )
-from tests.support.builders import seed1_adapter
+from tests.support.builders import upload_vllm_adapter
 from tests.support.cluster import Cluster
 from tests.support.wait import eventually
 
@@ -60,11 +60,11 @@ def condition(obj: dict[str, Any] | None, type_: str) -> dict[str, Any]:
     return {}
 
 
-def test_seed1_whole_lifecycle(stack: Stack, cluster: Cluster) -> None:
+def test_vllm_whole_lifecycle(stack: Stack, cluster: Cluster) -> None:
     selector = f"{MODEL_DEPLOYMENT_LABEL}=d1"
     cluster.create(MODEL, "llama", {"displayName": "Llama"})
     cluster.create(MODEL_DEPLOYMENT, "d1", {"model": "llama", "replicas": 3, "loraAdapters": ["a1"]})
-    seed1_adapter(cluster, "a1")
+    upload_vllm_adapter(cluster, "a1")
 
     # upload -> Ready -> loaded in every pod
     eventually(
@@ -109,11 +109,11 @@ def test_seed1_whole_lifecycle(stack: Stack, cluster: Cluster) -> None:
     assert stack.broker.counters.dead_lettered == 0, stack.sink.events
 
 
-def test_seed1_adapter_waits_for_its_model_then_goes_on(stack: Stack, cluster: Cluster) -> None:
+def test_vllm_adapter_waits_for_its_model_then_goes_on(stack: Stack, cluster: Cluster) -> None:
     """Created before its Model: ModelNotFound, then the Model's add event re-admits it."""
     selector = f"{MODEL_DEPLOYMENT_LABEL}=d1"
     cluster.create(MODEL_DEPLOYMENT, "d1", {"model": "late", "replicas": 1, "loraAdapters": ["a1"]})
-    seed1_adapter(cluster, "a1", model="late")
+    upload_vllm_adapter(cluster, "a1", model="late")
     eventually(
         lambda: condition(cluster.get(VLLM_ADAPTER, "a1"), "Ready").get("reason") == "ModelNotFound",
         what="ModelNotFound",
@@ -125,7 +125,7 @@ def test_seed1_adapter_waits_for_its_model_then_goes_on(stack: Stack, cluster: C
     )
 
 
-def test_seed1_wrong_md5_fails_and_is_never_loaded(stack: Stack, cluster: Cluster) -> None:
+def test_vllm_wrong_md5_fails_and_is_never_loaded(stack: Stack, cluster: Cluster) -> None:
     selector = f"{MODEL_DEPLOYMENT_LABEL}=d1"
     cluster.create(MODEL, "llama", {})
     cluster.create(MODEL_DEPLOYMENT, "d1", {"model": "llama", "replicas": 1, "loraAdapters": ["bad"]})
@@ -145,7 +145,7 @@ def test_seed1_wrong_md5_fails_and_is_never_loaded(stack: Stack, cluster: Cluste
     assert cluster.unloaded_everywhere(selector, "bad")
 
 
-def test_seed2_available_loaded_and_reloaded_after_restart(stack: Stack, cluster: Cluster) -> None:
+def test_sglang_available_loaded_and_reloaded_after_restart(stack: Stack, cluster: Cluster) -> None:
     selector = f"{INFERENCE_SERVICE_LABEL}=svc"
     storage = f"/sglang/{cluster.namespace}/tone"  # the SGLang pods' SeaweedFS mount shows it
     cluster.upload(f"{storage}/adapter_config.json", CONFIG)

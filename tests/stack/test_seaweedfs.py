@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import hashlib
 import os
-import secrets
 from collections.abc import Iterator
 from typing import Any
 
@@ -20,8 +19,8 @@ import pytest
 
 from devstack.seaweedfs import shared
 from devstack.stack import Stack
-from functions.resources.kinds import MODEL, MODEL_DEPLOYMENT, MODEL_DEPLOYMENT_LABEL, VLLM_ADAPTER
-from tests.support.cluster import Cluster
+from functions.resources.kinds import MODEL_DEPLOYMENT_LABEL, VLLM_ADAPTER
+from tests.support.cluster import Cluster, serving_a1
 from tests.support.filer import FilerClient
 from tests.support.wait import eventually
 
@@ -41,13 +40,7 @@ def stack(request: pytest.FixtureRequest) -> Iterator[Stack]:
 
 @pytest.fixture
 def cluster(stack: Stack) -> Cluster:
-    namespace = f"sw-{secrets.token_hex(3)}"
-    stack.core.create_namespace({"metadata": {"name": namespace}})
-    cluster = Cluster(stack, namespace)
-    cluster.create(MODEL, "llama", {})
-    cluster.create(MODEL_DEPLOYMENT, "d1", {"model": "llama", "replicas": 2, "loraAdapters": ["a1"]})
-    eventually(lambda: len(cluster.pods(SELECTOR)) == 2, what="2 pods")
-    return cluster
+    return serving_a1(stack, "sw")
 
 
 def directory(cluster: Cluster) -> str:

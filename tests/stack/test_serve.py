@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -24,13 +25,19 @@ ROOT = Path(__file__).resolve().parents[2]
 
 @pytest.fixture
 def served(tmp_path: Path) -> Iterator[tuple[subprocess.Popen[bytes], Path]]:
-    """`LORAFLOW_STORAGE=s3 make serve`: the S3 backend, which also starts the filer (the
-    filer backend's endpoints are the same minus `storage.s3`: tests/stack/test_seaweedfs.py)."""
+    """`LORAFLOW_STORAGE=s3 LORAFLOW_NOTIFICATIONS=both make serve`: the S3 backend, which also
+    starts the filer (the filer backend's endpoints are the same minus `storage.s3`:
+    tests/stack/test_seaweedfs.py), with the webhook and the filer source side by side."""
     path = tmp_path / "endpoints.json"
     process = subprocess.Popen(
         [sys.executable, "-m", "devstack", "serve", "--endpoints-file", str(path), "--ping-period", "2"],
         cwd=ROOT,
-        env={**os.environ, "PYTHONUNBUFFERED": "1", "LORAFLOW_STORAGE": "s3"},
+        env={
+            **os.environ,
+            "PYTHONUNBUFFERED": "1",
+            "LORAFLOW_STORAGE": "s3",
+            "LORAFLOW_NOTIFICATIONS": "both",
+        },
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
@@ -55,8 +62,27 @@ def read(path: Path) -> dict[str, Any]:
 def test_serve_writes_endpoints_and_stops_cleanly(served: tuple[subprocess.Popen[bytes], Path]) -> None:
     process, path = served
     endpoints = read(path)
-    assert set(endpoints) == {"kubernetes", "filer", "storage", "broker", "functions", "engines"}
-    assert set(endpoints["kubernetes"]) == {"url", "token"}
+    assert set(endpoints) == {
+        "kubernetes",
+        "filer",
+        "storage",
+        "broker",
+        "functions",
+        "engines",
+        "notifications",
+        "processes",
+    }
+    assert endpoints["notifications"] == "both"
+    processes = {p["name"]: p for p in endpoints["processes"]}
+    assert set(processes) == {"devstack", "seaweedfs", "filer-source"}
+    assert processes["devstack"]["pid"] == process.pid
+    for name, found in processes.items():
+        os.kill(found["pid"], 0)  # each one runs, under that pid
+        assert found["supervised"] == (name == "filer-source")
+    assert set(endpoints["kubernetes"]) == {"url", "token", "certificate_authority", "kubeconfig"}
+    assert endpoints["kubernetes"]["url"].startswith("https://")
+    kubeconfig = path.parent / "kubeconfig"  # beside the endpoints file: .devstack/kubeconfig
+    assert kubeconfig.stat().st_mode & 0o077 == 0, "it holds a token"
     assert set(endpoints["filer"]) == {"url"} and set(endpoints["broker"]) == {"url"}
     storage = endpoints["storage"]
     assert set(storage) == (
@@ -79,6 +105,7 @@ def test_serve_writes_endpoints_and_stops_cleanly(served: tuple[subprocess.Popen
     configuration.host = endpoints["kubernetes"]["url"]
     configuration.api_key = {"BearerToken": endpoints["kubernetes"]["token"]}
     configuration.api_key_prefix = {"BearerToken": "Bearer"}
+    configuration.ssl_ca_cert = endpoints["kubernetes"]["certificate_authority"]
     with client.ApiClient(configuration) as api:
         custom = client.CustomObjectsApi(api)
         body = {
@@ -124,11 +151,35 @@ def test_serve_writes_endpoints_and_stops_cleanly(served: tuple[subprocess.Popen
         bucket_dir = f"/buckets/{storage['s3']['bucket']}"
         assert httpx.get(storage["filer"] + bucket_dir + "/loraadapters/x/m/a/readme.txt").content == b"hi"
 
+    # the filer source (both backends' notifications), and killed from outside: started again
+    changed = eventually(
+        lambda: [
+            e
+            for e in httpx.get(endpoints["broker"]["url"] + "_devstack/events", params={"since": 0}).json()
+            if e["type"] == "io.loraflow.file.changed.v1" and re.fullmatch(r"-?\d+-\d+", e["id"])
+        ],
+        what="a file.changed from the filer source (its ids name the log position)",
+    )
+    if storage["backend"] == "s3":
+        assert changed[0]["subject"] == "/loraadapters/x/m/a/readme.txt"
+    os.kill(processes["filer-source"]["pid"], signal.SIGKILL)
+    restarted = eventually(
+        lambda: [
+            p
+            for p in read(path)["processes"]
+            if p["name"] == "filer-source"
+            and p["restarts"] == 1
+            and p["pid"] not in (None, processes["filer-source"]["pid"])
+        ],
+        what="the filer source started again under a new pid",
+    )
+    assert restarted[0]["exit_codes"] == [-9]
+
     process.send_signal(signal.SIGTERM)
     started = time.monotonic()
     assert process.wait(30) == 0
     assert time.monotonic() - started < 15
-    assert not path.exists()
+    assert not path.exists() and not kubeconfig.exists()
 
 
 def test_demo_converges_and_exits_zero() -> None:
@@ -146,4 +197,12 @@ def test_demo_converges_and_exits_zero() -> None:
     assert "everything converged" in result.stdout
     for step in ("restarted", "scaled 3 -> 5", "unloaded from every pod", "IntegrityCheckFailed"):
         assert step in result.stdout
+    # one trace id per adapter's lifecycle: the chain of events that loaded it shares it
+    traces = re.findall(r"(\S+): trace ([0-9a-f]{32}) \((.*)\)", result.stdout)
+    assert sorted(name for name, _, _ in traces) == ["finance-qa", "legal-summaries", "support-tone"]
+    assert len({trace for _, trace, _ in traces}) == 3
+    # from the event that started it (the adapter's creation, its last file's notification, a
+    # target's change: whichever the steps' verdicts followed last) to loaded
+    for _, _, chain in traces:
+        assert chain.split(" -> ")[-1] == "loaded" and len(chain.split(" -> ")) >= 2, chain
     assert time.monotonic() - started < 60

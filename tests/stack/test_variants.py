@@ -8,7 +8,7 @@ from devstack.eventing.broker import Faults
 from devstack.seaweedfs import shared
 from devstack.stack import Stack
 from functions.resources.kinds import MODEL, MODEL_DEPLOYMENT, MODEL_DEPLOYMENT_LABEL, VLLM_ADAPTER
-from tests.support.builders import seed1_adapter
+from tests.support.builders import upload_vllm_adapter
 from tests.support.cluster import Cluster
 from tests.support.wait import eventually
 
@@ -18,7 +18,7 @@ def run_to_loaded(stack: Stack, replicas: int) -> Cluster:
     stack.core.create_namespace({"metadata": {"name": cluster.namespace}})
     cluster.create(MODEL, "llama", {})
     cluster.create(MODEL_DEPLOYMENT, "d1", {"model": "llama", "replicas": replicas, "loraAdapters": ["a1"]})
-    seed1_adapter(cluster, "a1")
+    upload_vllm_adapter(cluster, "a1")
     eventually(
         lambda: (cluster.get(VLLM_ADAPTER, "a1") or {}).get("status", {}).get("phase") == "Ready",
         what="Ready",

@@ -214,7 +214,7 @@ def core(kube_server: KubeServer) -> Iterator[client.CoreV1Api]:
 
 @pytest.fixture
 def make_adapter() -> Callable[..., dict[str, Any]]:
-    """Factory: make_adapter(name, model=..., **spec) -> a LoRAAdapter manifest (seed 1)."""
+    """Factory: make_adapter(name, model=..., **spec) -> a LoRAAdapter manifest (the vllm kind)."""
     return adapter
 
 

@@ -53,7 +53,7 @@ def pod_object(world: Testbed, ns: str, pod: str) -> dict[str, Any]:
     return obj
 
 
-# -- seed 1 (LoRAAdapter of rackai.rackspace.com, vLLM) through admit -> stat -> verify -------------
+# -- the vllm kind (LoRAAdapter of rackai.rackspace.com, vLLM) through admit -> stat -> verify -------------
 ROUTES = {
     FILE_CHANGED: ("stat",),
     ADAPTER_ADMITTED: ("stat", "verify"),
@@ -120,7 +120,7 @@ def setup_adapter(
 
 
 def expected_status(directory: str, weights: bytes = WEIGHTS) -> dict[str, Any]:
-    """Every seed-1 status field after a successful upload (lastTransitionTime aside)."""
+    """Every vllm status field after a successful upload (lastTransitionTime aside)."""
     config_path, weights_path = directory + "adapter_config.json", directory + "adapter_model.safetensors"
     return {
         "conditions": [
@@ -158,9 +158,9 @@ def status_of(world: Testbed, ns: str, name: str = "a") -> dict[str, Any]:
     return status
 
 
-# -- seed 1 serving: Ready adapters, ModelDeployments, load ----------------------------------------
+# -- vllm serving: Ready adapters, ModelDeployments, load ----------------------------------------
 def ready_adapter(world: Testbed, ns: str, name: str, rank: int = 16) -> None:
-    """A seed-1 adapter of model m1 with its files in storage and the status verify leaves."""
+    """A vllm adapter of model m1 with its files in storage and the status verify leaves."""
     world.upload(
         f"/loraadapters/{ns}/m1/{name}/adapter_config.json",
         json.dumps({"peft_type": "LORA", "r": rank}).encode(),
@@ -211,7 +211,7 @@ def reply_pods(response: httpx.Response) -> list[str]:
     return pods
 
 
-# -- seed 2 (LoRAAdapter of inference.rackai.rackspace.com, SGLang) -------------------------------
+# -- the sglang kind (LoRAAdapter of inference.rackai.rackspace.com, SGLang) -------------------------------
 def sglang_isvc(world: Testbed, ns: str, replicas: int, runtime: str = "sglang", name: str = "isvc") -> None:
     world.create(
         INFERENCE_SERVICE,
@@ -259,7 +259,7 @@ def isvc_pods(world: Testbed, ns: str, name: str = "isvc") -> list[str]:
 STACK_CONFIG = json.dumps({"peft_type": "LORA", "r": 8}).encode()
 
 
-def seed1_adapter(cluster: Cluster, name: str, model: str = "llama") -> None:
+def upload_vllm_adapter(cluster: Cluster, name: str, model: str = "llama") -> None:
     """Create the adapter declaring the MD5s, then upload its files through the filer."""
     directory = f"/loraadapters/{cluster.namespace}/{model}/{name}/"
     weights = os.urandom(2048)

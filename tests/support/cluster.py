@@ -2,10 +2,16 @@
 
 from __future__ import annotations
 
+import secrets
 from dataclasses import dataclass
 from typing import Any
 
 from devstack.demo import StackUser
+from devstack.stack import Stack
+from functions.resources.kinds import MODEL, MODEL_DEPLOYMENT, MODEL_DEPLOYMENT_LABEL
+from tests.support.wait import eventually
+
+D1_PODS = f"{MODEL_DEPLOYMENT_LABEL}=d1"
 
 
 @dataclass
@@ -33,3 +39,15 @@ def condition(obj: dict[str, Any] | None, type_: str) -> dict[str, Any]:
         if cond.get("type") == type_:
             return dict(cond)
     return {}
+
+
+def serving_a1(stack: Stack, prefix: str, replicas: int = 2) -> Cluster:
+    """A fresh namespace `<prefix>-<hex>` with the Model `llama` and the ModelDeployment `d1`
+    (serving `a1`), once its `replicas` pods run (selector D1_PODS)."""
+    namespace = f"{prefix}-{secrets.token_hex(3)}"
+    stack.core.create_namespace({"metadata": {"name": namespace}})
+    cluster = Cluster(stack, namespace)
+    cluster.create(MODEL, "llama", {})
+    cluster.create(MODEL_DEPLOYMENT, "d1", {"model": "llama", "replicas": replicas, "loraAdapters": ["a1"]})
+    eventually(lambda: len(cluster.pods(D1_PODS)) == replicas, what=f"{replicas} pods")
+    return cluster

@@ -91,7 +91,7 @@ class Env:
     def directory(self, name: str) -> str:
         return f"/loraadapters/{self.namespace}/{self.model}/{name}/"
 
-    def seed1(self, name: str, upload: bool = True, corrupt: bool = False) -> None:
+    def vllm(self, name: str, upload: bool = True, corrupt: bool = False) -> None:
         files = {"adapter_config.json": adapter_config(), "adapter_model.safetensors": os.urandom(512)}
         self.files[name] = files
         declared = {self.directory(name) + f: md5_hex(c) for f, c in files.items()}
@@ -105,7 +105,7 @@ class Env:
         for file, content in self.files[name].items():
             self.cluster.upload(self.directory(name) + file, content)
 
-    def seed2(self, name: str, isvc: str) -> None:
+    def sglang(self, name: str, isvc: str) -> None:
         # spec.path is inside the SGLang pods, which see the storage through a SeaweedFS mount
         storage = f"/sglang/{self.namespace}/{name}"
         self.cluster.upload(f"{storage}/adapter_config.json", adapter_config())
@@ -255,16 +255,16 @@ def lifecycle(env: Env, pace: float = 0.4, on_pods: Callable[[], None] | None = 
     env.wait_pods(md={"d1": 2}, isvc={"svc": 2})
     if on_pods is not None:
         on_pods()
-    step(lambda: env.seed1("a1"))
-    step(lambda: env.seed1("a2"))
-    step(lambda: env.seed1("bad", corrupt=True))
-    step(lambda: env.seed2("s1", "svc"))
-    step(lambda: env.seed2("s2", "svc"))
+    step(lambda: env.vllm("a1"))
+    step(lambda: env.vllm("a2"))
+    step(lambda: env.vllm("bad", corrupt=True))
+    step(lambda: env.sglang("s1", "svc"))
+    step(lambda: env.sglang("s2", "svc"))
     pod = env.md_pods("d1")[0]["metadata"]["name"]
     step(lambda: env.stack.workload.restart(env.namespace, pod, wait=False))
     step(lambda: env.cluster.patch(MODEL_DEPLOYMENT, "d1", {"spec": {"replicas": 3}}))
     step(lambda: env.cluster.patch(MODEL_DEPLOYMENT, "d1", {"spec": {"loraAdapters": ["a1", "bad", "a3"]}}))
-    step(lambda: env.seed1("a3"))
+    step(lambda: env.vllm("a3"))
     step(lambda: env.cluster.delete(VLLM_ADAPTER, "a2"))
     step(lambda: env.cluster.delete(SGLANG_ADAPTER, "s2"))
     spod = env.isvc_pods("svc")[0]["metadata"]["name"]

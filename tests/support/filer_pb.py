@@ -1,10 +1,12 @@
 """SeaweedFS `filer_pb.EventNotification` bytes made by the official `protobuf` package.
 
-The tests of ingest's protobuf decoder need bytes that our own code did not encode (the old
-encoder in functions/ was the decoder's mirror, so a mistake made in both passed). The messages
-are declared here from the field numbers of SeaweedFS `weed/pb/filer.proto` (the subset the
-filer fills in a notification, as seen in 51 real bodies: seaweedfs-real.md section 4), and the
-official runtime encodes them.
+The tests of ingest's protobuf decoding need bytes that functions/proto did not describe: the
+messages are declared here once more, apart from functions/proto/filer.proto, from the field
+numbers of SeaweedFS `weed/pb/filer.proto` (the subset the filer fills in a notification, as
+seen in 51 real bodies: seaweedfs-real.md section 4, chunks and inode included, which
+functions/proto leaves out), and the official runtime encodes them in a pool of their own. A
+wrong number in either declaration fails the round trip; the real filer's own bytes are
+decoded in tests/seaweedfs/test_filer_source.py.
 """
 
 from __future__ import annotations

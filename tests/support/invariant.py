@@ -182,21 +182,19 @@ def fresh_admission(deps: Deps, observed: fleet.Observed, models: set[tuple[str,
         found = observed.targets.get(key)
         target = InferenceService.model_validate(found) if found is not None else None
         return {**obj, "status": admit.decide_sglang(adapter, target, NOW).to_wire()}
-    rackai = LoRAAdapter.model_validate(obj)
-    exists = admit.model_name_valid(rackai.spec.model) and (namespace, rackai.spec.model) in models
-    rackai = rackai.model_copy(update={"status": admit.decide_rackai(rackai, exists, NOW)})
-    directory = stat.listing_dir(rackai)
+    vllm = LoRAAdapter.model_validate(obj)
+    exists = admit.model_name_valid(vllm.spec.model) and (namespace, vllm.spec.model) in models
+    vllm = vllm.model_copy(update={"status": admit.decide_vllm(vllm, exists, NOW)})
+    directory = stat.listing_dir(vllm)
     if directory is not None:
-        rackai = rackai.model_copy(
-            update={"status": stat.decide(rackai, deps.storage.stat_dir(directory), NOW)}
-        )
-    observed_files = verify.observed_files(rackai)
+        vllm = vllm.model_copy(update={"status": stat.decide(vllm, deps.storage.stat_dir(directory), NOW)})
+    observed_files = verify.observed_files(vllm)
     limit = deps.settings.hash_max_bytes
     hashed = {
         path: deps.storage.hash_file(path, limit) if limit > 0 else None
-        for path in integrity.to_hash(verify.declared(rackai), observed_files)
+        for path in integrity.to_hash(verify.declared(vllm), observed_files)
     }
-    return {**obj, "status": verify.decide(rackai, hashed, NOW).to_wire()}
+    return {**obj, "status": verify.decide(vllm, hashed, NOW).to_wire()}
 
 
 def fresh_world(
@@ -238,7 +236,7 @@ def fresh_status(world: serving.World, desire: serving.Desire, key: AdapterKey, 
 def check_status(
     world: serving.World, desire: serving.Desire, key: AdapterKey, stored: Obj, fresh_obj: Obj
 ) -> list[Violation]:
-    subject = f"LoRAAdapter({'rackai' if key.kind == 'vllm' else 'sglang'}) {key}"
+    subject = f"LoRAAdapter({key.kind}) {key}"
     fresh = fresh_status(world, desire, key, fresh_obj)
     have = dict(facts.status(stored))
     if key.kind == "vllm" and world.adapters[key].serve == "drop":

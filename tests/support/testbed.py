@@ -35,13 +35,14 @@ from devstack.seaweedfs import MOUNT_ROOT, FaultProxy, Shared, shared
 from devstack.standins.kube import KubeServer
 from devstack.workload import Workload
 from events.domain import AdapterRef
-from functions._edge import reset_deps
 from functions.adapters.storage import quote_path
+from functions.edge.bootstrap import reset_deps
 from functions.resources.kinds import VLLM_ADAPTER, Kind
 from tests.support.filer import FilerClient
 
 ROOT = Path(__file__).resolve().parents[2]
-FUNCTIONS_USER = "system:serviceaccount:loraflow:loraflow-functions"
+ACCOUNTS = {name: f"system:serviceaccount:loraflow:loraflow-{name}" for name in FUNCTIONS if name != "ingest"}
+"""The user each function talks to the API as (its own ServiceAccount; ingest has none)."""
 T = TypeVar("T", bound="Testbed")
 READY = {
     "type": "Ready",
@@ -118,7 +119,7 @@ class Testbed:
         return patched
 
     def mark_ready(self, namespace: str, name: str, storage_dir: str) -> None:
-        """Give a seed-1 adapter the status admit and verify leave once its files matched."""
+        """Give a vllm adapter the status admit and verify leave once its files matched."""
         status = {"observedGeneration": 1, "conditions": [READY], "storageRef": {"path": storage_dir}}
         self.custom.patch_namespaced_custom_object_status(
             VLLM_ADAPTER.group,
@@ -241,11 +242,13 @@ def testbed(
         filer = FaultProxy(seaweed.server.url).start()
         sink = EventSink().start()
         admin_config = kube.write_kubeconfig(base / "admin.kubeconfig", kube.admin_token)
-        functions_config = kube.write_kubeconfig(
-            base / "functions.kubeconfig", kube.issue_token(FUNCTIONS_USER)
-        )
         settings = {
-            "KUBECONFIG": str(functions_config),
+            **{
+                f"KUBECONFIG_{name.upper()}": str(
+                    kube.write_kubeconfig(base / f"{name}.kubeconfig", kube.issue_token(user))
+                )
+                for name, user in ACCOUNTS.items()
+            },
             "LORAFLOW_FILER_URL": filer.url if filer_proxy else seaweed.server.url,
             "LORAFLOW_LOOPBACK_ENGINES": "allow",  # the engine stand-ins listen on 127.0.0.x
             "LORAFLOW_MOUNT_ROOT": str(MOUNT_ROOT),

@@ -1,4 +1,4 @@
-"""admit.decide_rackai / decide_sglang: whole resulting status, no mocks."""
+"""admit.decide_vllm / decide_sglang: whole resulting status, no mocks."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from functions.admit import decide_rackai, decide_sglang
+from functions.admit import decide_sglang, decide_vllm
 from functions.logic.facts import file_set
 from functions.resources.inference import InferenceService, SGLangAdapter
 from functions.resources.rackai import LoRAAdapter
@@ -242,8 +242,8 @@ FILES = {"files": [{"path": DIR + "w", "size": 4}], "size": "4"}
         ),
     ],
 )
-def test_decide_rackai(adapter: LoRAAdapter, model_exists: bool, expected: dict[str, Any]) -> None:
-    assert decide_rackai(adapter, model_exists, NOW).to_wire() == expected
+def test_decide_vllm(adapter: LoRAAdapter, model_exists: bool, expected: dict[str, Any]) -> None:
+    assert decide_vllm(adapter, model_exists, NOW).to_wire() == expected
 
 
 def sglang(status: dict[str, Any] | None = None, ref_ns: str | None = None) -> SGLangAdapter:

@@ -135,7 +135,7 @@ def test_crd_is_superset_of_seed(file_name: str) -> None:
     assert problems == []
 
 
-def test_tags_added_on_seed1_and_model() -> None:
+def test_tags_added_on_the_vllm_adapter_and_model() -> None:
     """The seed note: `tags` exists on LoRAAdapter and Model but the published OpenAPI lacks it."""
     for file_name in ("rackai.rackspace.com_loraadapters.yaml", "rackai.rackspace.com_models.yaml"):
         tags = crd_schema(load_crd(file_name))["properties"]["spec"]["properties"]["tags"]
@@ -162,7 +162,7 @@ def test_no_keyword_a_crd_rejects() -> None:
         assert not any(isinstance(t, list) for t in _keywords(schema, "type")), path.name
 
 
-def test_seed1_has_status_subresource_for_read_only_status() -> None:
+def test_the_vllm_adapter_has_status_subresource_for_read_only_status() -> None:
     (version,) = load_crd("rackai.rackspace.com_loraadapters.yaml")["spec"]["versions"]
     assert version["subresources"]["status"] == {}
 
@@ -194,8 +194,8 @@ def test_integrity_cel_rule_behaves(integrity: Schema, allowed: bool) -> None:
 
 # --- mutation cases: the checker must report each deletion -------------------------------
 
-SEED1 = "rackai.rackspace.com_loraadapters.yaml"
-SEED2 = "inference.rackai.rackspace.com_loraadapters.yaml"
+VLLM_CRD = "rackai.rackspace.com_loraadapters.yaml"
+SGLANG_CRD = "inference.rackai.rackspace.com_loraadapters.yaml"
 
 
 def _props(schema: Schema, *names: str) -> Schema:
@@ -230,48 +230,48 @@ def _change_int_or_string_branch(s: Schema) -> None:
 
 
 MUTATIONS: list[tuple[str, str, Callable[[Schema], None], str]] = [
-    (SEED2, "pattern", _drop("spec", "name", key="pattern"), ".spec.properties.name.pattern"),
-    (SEED1, "enum value", _drop_enum_value, "'Failed'"),
-    (SEED1, "required entry", _drop_required, "missing 'model'"),
+    (SGLANG_CRD, "pattern", _drop("spec", "name", key="pattern"), ".spec.properties.name.pattern"),
+    (VLLM_CRD, "enum value", _drop_enum_value, "'Failed'"),
+    (VLLM_CRD, "required entry", _drop_required, "missing 'model'"),
     (
-        SEED1,
+        VLLM_CRD,
         "CEL rule",
         _drop("spec", "integrity", key="x-kubernetes-validations"),
         "x-kubernetes-validations",
     ),
     (
-        SEED1,
+        VLLM_CRD,
         "list-type",
         _drop("status", "usedBy", key="x-kubernetes-list-type"),
         "usedBy.x-kubernetes-list-type",
     ),
     (
-        SEED1,
+        VLLM_CRD,
         "list-map-keys",
         _drop("status", "conditions", key="x-kubernetes-list-map-keys"),
         "x-kubernetes-list-map-keys",
     ),
-    (SEED1, "maxLength", _drop("spec", "description", key="maxLength"), "description.maxLength"),
+    (VLLM_CRD, "maxLength", _drop("spec", "description", key="maxLength"), "description.maxLength"),
     (
-        SEED1,
+        VLLM_CRD,
         "int-or-string",
         _drop("status", "size", key="x-kubernetes-int-or-string"),
         "x-kubernetes-int-or-string",
     ),
-    (SEED1, "anyOf branch", _change_int_or_string_branch, "anyOf[0].type"),
-    (SEED1, "format", _drop("status", "files", "[]", "size", key="format"), "size.format"),
+    (VLLM_CRD, "anyOf branch", _change_int_or_string_branch, "anyOf[0].type"),
+    (VLLM_CRD, "format", _drop("status", "files", "[]", "size", key="format"), "size.format"),
     (
-        SEED1,
+        VLLM_CRD,
         "minimum",
         _drop("status", "conditions", "[]", "observedGeneration", key="minimum"),
         "observedGeneration.minimum",
     ),
-    (SEED1, "property", _drop_property, "uploadComplete: missing property"),
-    (SEED1, "widened enum", _widen_enum, "extra 'Maybe'"),
-    (SEED2, "nullable", _drop("status", "loadedPath", key="nullable"), "loadedPath.nullable"),
-    (SEED2, "minLength", _drop("spec", "path", key="minLength"), "path.minLength"),
+    (VLLM_CRD, "property", _drop_property, "uploadComplete: missing property"),
+    (VLLM_CRD, "widened enum", _widen_enum, "extra 'Maybe'"),
+    (SGLANG_CRD, "nullable", _drop("status", "loadedPath", key="nullable"), "loadedPath.nullable"),
+    (SGLANG_CRD, "minLength", _drop("spec", "path", key="minLength"), "path.minLength"),
     (
-        SEED2,
+        SGLANG_CRD,
         "description",
         _drop("spec", "inferenceServiceRef", key="description"),
         "inferenceServiceRef.description",

@@ -4,7 +4,9 @@ For every entry of events.catalog.CATALOG:
 - events/schemas/<slug>.json equals the schema generated from the payload model;
 - events/samples/<slug>.json is a structured-mode CloudEvent (what `curl -d @sample` to a
   Broker would send) whose data validates against the committed JSON Schema and the model;
-- our types are reverse-DNS and versioned; Knative's keep Knative's names.
+- our types are reverse-DNS and versioned; Knative's keep Knative's names;
+- an emitted sample's `dataschema`, and every schema's `$id`, is the URI the schema is published
+  at (events.schema_urls), which the Knative EventTypes name too (tests/manifests).
 
 Documented sample forms:
 - ApiServerSource samples carry the extensions `kind`, `apiversion`, `name`, `namespace` and a
@@ -26,6 +28,7 @@ import pytest
 
 from events import catalog, external
 from events.catalog import CATALOG, SAMPLES, SCHEMAS, EventType
+from events.schema_urls import schema_url
 from functions.logic import seaweed_event
 
 REQUIRED = ("specversion", "id", "source", "type", "time", "datacontenttype")
@@ -105,10 +108,20 @@ def test_sqs_sample_decodes_as_filer_notification() -> None:
 
 
 @pytest.mark.parametrize("entry", CATALOG, ids=IDS)
+def test_dataschema_is_where_the_schema_is_published(entry: EventType) -> None:
+    committed = json.loads((SCHEMAS / f"{entry.slug}.json").read_text())
+    assert committed["$id"] == schema_url(entry.type)
+    if entry.direction == "emitted":  # the consumed ones are other producers' events
+        assert load_sample(entry)["dataschema"] == schema_url(entry.type)
+
+
+@pytest.mark.parametrize("entry", CATALOG, ids=IDS)
 def test_type_names(entry: EventType) -> None:
     if entry.direction == "emitted":
         assert OURS.match(entry.type), entry.type
-        assert load_sample(entry)["source"] == f"/loraflow/{entry.emitted_by}"
+        # every sender named is one of ours, and the sample comes from one of them
+        senders = {f"/loraflow/{sender}" for sender in entry.emitted_by.split(", ")}
+        assert load_sample(entry)["source"] in senders
     else:
         assert entry.type.startswith("dev.knative."), entry.type
 

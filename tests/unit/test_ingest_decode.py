@@ -1,4 +1,5 @@
-"""ingest's pure parts: path checks, classification to file.changed, SQS body decoding."""
+"""ingest's pure parts and the mapping it shares with the filer source (functions.logic.file_events):
+path checks, classification to file.changed, SQS body decoding."""
 
 from __future__ import annotations
 
@@ -11,15 +12,8 @@ import pytest
 from events.domain import FileChanged
 from functions.adapters.storage import quote_path
 from functions.errors import Reject, Retryable
-from functions.ingest import (
-    bucket_dir,
-    check_path,
-    decode_sqs_data,
-    file_changed,
-    key_of,
-    publish_with_retry,
-    storage_path,
-)
+from functions.ingest import decode_sqs_data, key_of, publish_with_retry
+from functions.logic.file_events import bucket_dir, check_path, file_changed, storage_path
 from functions.logic.seaweed_event import (
     EntryInfo,
     FileChange,

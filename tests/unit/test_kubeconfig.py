@@ -14,11 +14,12 @@ from typing import Any
 
 import pytest
 import yaml
+from cryptography import x509
 
 from devstack.standins.kube import KubeServer
-from devstack.standins.kube.tls import loopback_certificate
+from devstack.standins.kube.tls import issue, loopback_certificate
 from functions.adapters import kubeconfig
-from functions.adapters.kube import Kube, connect
+from functions.adapters.kube import Kube, KubeUnavailable, connect
 from functions.adapters.kubeconfig import FileToken, KubeConfig, KubeConfigError, from_kubeconfig, in_cluster
 from functions.resources.kinds import POD
 
@@ -85,7 +86,7 @@ def test_client_certificate_data_and_ca_data(tmp_path: Path) -> None:
         str(
             write(
                 tmp_path / "kc",
-                {"server": "https://127.0.0.1:1", "certificate-authority-data": b64(cert.pem)},
+                {"server": "https://127.0.0.1:1", "certificate-authority-data": b64(cert.ca_pem)},
                 {
                     "client-certificate-data": b64(cert.pem),
                     "client-key-data": b64(cert.key_file.read_bytes()),
@@ -94,7 +95,7 @@ def test_client_certificate_data_and_ca_data(tmp_path: Path) -> None:
         )
     )
     assert config.cert_data == cert.pem and config.key_data == cert.key_file.read_bytes()
-    assert config.ca_data == cert.pem.decode() and config.ca_file is None
+    assert config.ca_data == cert.ca_pem.decode() and config.ca_file is None
     assert config.credentials is None
     context = config.ssl_context()  # loads the chain from private temporary files
     assert context.verify_mode == ssl.CERT_REQUIRED and context.check_hostname
@@ -104,7 +105,7 @@ def test_client_certificate_data_and_ca_data(tmp_path: Path) -> None:
 def test_client_certificate_and_ca_files_relative_to_the_kubeconfig(tmp_path: Path) -> None:
     cert = loopback_certificate()
     (tmp_path / "pki").mkdir()
-    (tmp_path / "pki" / "ca.crt").write_bytes(cert.pem)
+    (tmp_path / "pki" / "ca.crt").write_bytes(cert.ca_pem)
     (tmp_path / "pki" / "me.crt").write_bytes(cert.pem)
     (tmp_path / "pki" / "me.key").write_bytes(cert.key_file.read_bytes())
     config = from_kubeconfig(
@@ -180,7 +181,7 @@ def sa_dir(tmp_path: Path, token: str = "sa-token") -> Path:
     directory = tmp_path / "serviceaccount"
     directory.mkdir(exist_ok=True)
     (directory / "token").write_text(token)
-    (directory / "ca.crt").write_bytes(loopback_certificate().pem)
+    (directory / "ca.crt").write_bytes(loopback_certificate().ca_pem)
     return directory
 
 
@@ -255,13 +256,43 @@ def test_exec_user_through_the_real_kubernetes_loader(tmp_path: Path) -> None:
     assert config.authorization() == "Bearer from-exec"
 
 
-def test_a_tls_stand_in_with_a_self_signed_ca(tmp_path: Path) -> None:
+def test_a_tls_stand_in_with_its_own_ca(tmp_path: Path) -> None:
     """The devstack kubeconfig (certificate-authority-data, token) against the TLS stand-in."""
     with KubeServer(tls=True) as kube:
         path = kube.write_kubeconfig(tmp_path / "kc", kube.admin_token)
         client = Kube(connect(str(path)))
         assert client.get(POD, "default", "absent") is None
         assert client.list_all(POD) == []
+
+
+def test_the_functions_client_verifies_the_servers_ca(tmp_path: Path) -> None:
+    """A server whose certificate another CA signed is refused: the CA data is used, not
+    skipped (and neither is the system's bundle enough)."""
+    other = issue(tmp_path / "other-pki")
+    with KubeServer(tls=True) as kube:
+        config = kube.kubeconfig(kube.admin_token)
+        config["clusters"][0]["cluster"]["certificate-authority-data"] = b64(other.ca_pem)
+        path = tmp_path / "kc"
+        path.write_text(json.dumps(config))
+        with pytest.raises(KubeUnavailable, match="CERTIFICATE_VERIFY_FAILED"):
+            Kube(connect(str(path))).get(POD, "default", "absent")
+        del config["clusters"][0]["cluster"]["certificate-authority-data"]
+        path.write_text(json.dumps(config))
+        with pytest.raises(KubeUnavailable, match="CERTIFICATE_VERIFY_FAILED"):
+            Kube(connect(str(path))).get(POD, "default", "absent")
+
+
+def test_the_stand_ins_pki_is_a_ca_and_a_leaf_it_signed() -> None:
+    cert = loopback_certificate()
+    ca, leaf = x509.load_pem_x509_certificate(cert.ca_pem), x509.load_pem_x509_certificate(cert.pem)
+    assert ca.extensions.get_extension_for_class(x509.BasicConstraints).value.ca
+    assert not leaf.extensions.get_extension_for_class(x509.BasicConstraints).value.ca
+    assert leaf.issuer == ca.subject != leaf.subject
+    leaf.verify_directly_issued_by(ca)
+    names = leaf.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    assert {str(ip) for ip in names.get_values_for_type(x509.IPAddress)} == {"127.0.0.1", "::1"}
+    assert names.get_values_for_type(x509.DNSName) == ["localhost"]
+    assert cert.key_file.stat().st_mode & 0o077 == 0
 
 
 NO_KUBERNETES = textwrap.dedent(

@@ -5,35 +5,15 @@ from __future__ import annotations
 import io
 import json
 import logging
-from collections.abc import Iterator
 
 import flask
-import pytest
 from cloudevents.conversion import to_binary
 from cloudevents.http import CloudEvent
 
-from functions import _edge
+from functions.edge import shell
 from functions.errors import Retryable
-from functions.observability import JsonFormatter
 
 TRACEPARENT = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
-
-
-@pytest.fixture
-def lines() -> Iterator[io.StringIO]:
-    """Capture the `loraflow` logger's output through the production formatter."""
-    stream = io.StringIO()
-    handler = logging.StreamHandler(stream)
-    handler.setFormatter(JsonFormatter())
-    logger = logging.getLogger("loraflow")
-    saved = logger.level
-    logger.addHandler(handler)
-    logger.setLevel(logging.INFO)
-    try:
-        yield stream
-    finally:
-        logger.removeHandler(handler)
-        logger.setLevel(saved)
 
 
 def records(stream: io.StringIO) -> list[dict[str, object]]:
@@ -61,7 +41,7 @@ def event(**extra: str) -> CloudEvent:
 
 
 def test_handled_event_line_carries_the_cloudevent_context(lines: io.StringIO) -> None:
-    view = _edge.function("logtest_ok", ["io.loraflow.test.v1"], lambda e, d: None)
+    view = shell.function("logtest_ok", ["io.loraflow.test.v1"], lambda e, d: None)
 
     assert call(view, event()).status_code == 204
 
@@ -79,7 +59,7 @@ def test_retry_is_logged_as_warning_with_the_detail(lines: io.StringIO) -> None:
     def handle(e: CloudEvent, d: object) -> None:
         raise Retryable("filer unavailable")
 
-    view = _edge.function("logtest_retry", ["io.loraflow.test.v1"], handle)
+    view = shell.function("logtest_retry", ["io.loraflow.test.v1"], handle)
 
     assert call(view, event()).status_code == 503
 

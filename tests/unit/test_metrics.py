@@ -120,3 +120,48 @@ def test_values_are_spelled_as_the_text_format_wants() -> None:
         "-Inf",
     ]
     assert metrics.number(float("nan")) == "NaN"
+
+
+def test_process_metrics_are_prometheus_clients_names_types_and_values() -> None:
+    """The process_* families of prometheus_client's ProcessCollector, read the same way."""
+    registry = metrics.Registry()
+    metrics.ProcessCollector(registry)
+    theirs = prometheus_client.CollectorRegistry()
+    prometheus_client.ProcessCollector(registry=theirs)
+    mine = {f.name: f for f in text_string_to_metric_families(registry.exposition().decode())}
+    reference = {
+        f.name: f for f in text_string_to_metric_families(prometheus_client.generate_latest(theirs).decode())
+    }
+    assert {(n, f.type, f.documentation) for n, f in mine.items()} == {
+        (n, f.type, f.documentation) for n, f in reference.items()
+    }
+    value = {f.samples[0].name: f.samples[0].value for f in mine.values()}
+    expected = {f.samples[0].name: f.samples[0].value for f in reference.values()}
+    assert value["process_start_time_seconds"] == pytest.approx(
+        expected["process_start_time_seconds"], abs=0.02
+    )
+    assert value["process_max_fds"] == expected["process_max_fds"]
+    assert value["process_cpu_seconds_total"] == pytest.approx(expected["process_cpu_seconds_total"], abs=0.5)
+    assert value["process_resident_memory_bytes"] == pytest.approx(
+        expected["process_resident_memory_bytes"], rel=0.2
+    )
+    assert abs(value["process_open_fds"] - expected["process_open_fds"]) <= 2
+
+
+def test_without_proc_there_are_no_process_metrics(tmp_path: object) -> None:
+    registry = metrics.Registry()
+    metrics.ProcessCollector(registry, proc=str(tmp_path))
+    assert registry.exposition() == b""
+
+
+def test_event_age_is_observed_from_the_time_attribute() -> None:
+    from functions.observability import EVENT_AGE_SECONDS, observe_age
+
+    now = 1_796_110_010.0
+    observe_age("agetest", "t.v1", "2026-12-01T07:26:45Z", now)  # 5 s old
+    observe_age("agetest", "t.v1", "2026-12-01T07:27:50+00:00", now)  # a clock ahead: 0
+    for unreadable in (None, "yesterday", 42, "x" * 100):
+        observe_age("agetest", "t.v1", unreadable, now)
+    text = "".join(EVENT_AGE_SECONDS.text())
+    assert 'loraflow_event_age_seconds_count{function="agetest",type="t.v1"} 2.0' in text
+    assert 'loraflow_event_age_seconds_sum{function="agetest",type="t.v1"} 5.0' in text

@@ -88,7 +88,7 @@ def test_payloads_are_immutable_and_hashable_values() -> None:
 
 
 def test_wire_form_drops_none_and_keeps_empty_lists() -> None:
-    """What a step replies with (functions._edge.reply): an unset optional is absent, `failed: []`
+    """What a step replies with (functions.edge.messages.reply): an unset optional is absent, `failed: []`
     is there, as the committed samples show."""
     loaded = AdapterLoaded(adapter=AdapterRef.model_validate(REF), pods=["p-1"])
     assert loaded.model_dump(mode="json", exclude_none=True) == {

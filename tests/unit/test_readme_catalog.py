@@ -40,3 +40,15 @@ def test_operations_doc_explains_every_reason() -> None:
     doc = (README.parent / "docs" / "operations.md").read_text(encoding="utf-8")
     missing = sorted(r for r in _reasons() if f"`{r}`" not in doc)
     assert not missing, f"docs/operations.md does not explain: {missing}"
+
+
+def test_readme_configuration_names_every_setting() -> None:
+    """A setting nobody can find is a setting nobody sets: each field's variable is in the table."""
+    from functions.settings import ENV_PREFIX, FALLBACKS, Settings
+
+    text = README.read_text(encoding="utf-8")
+    section = text[text.index("## Configuration") :]
+    table = section[: section.index("\n## ")]
+    documented = set(re.findall(r"`([A-Z][A-Z0-9_]+)`", table))
+    variables = {FALLBACKS.get(name, ENV_PREFIX + name.upper()) for name in Settings.model_fields}
+    assert variables - documented == set(), "README.md Configuration lacks these variables"

@@ -91,7 +91,7 @@ def condition(type_: str, status: str, reason: str, message: str) -> Obj:
     }
 
 
-SEED1_FULL: Obj = {
+VLLM_FULL: Obj = {
     "apiVersion": "rackai.rackspace.com/v1alpha1",
     "kind": "LoRAAdapter",
     "metadata": metadata(
@@ -135,8 +135,8 @@ SEED1_FULL: Obj = {
     },
 }
 
-SEED1_FAILED: Obj = {
-    **copy.deepcopy(SEED1_FULL),
+VLLM_FAILED: Obj = {
+    **copy.deepcopy(VLLM_FULL),
     "status": {
         "conditions": [condition("Ready", "False", "IntegrityCheckFailed", f"md5 mismatch: {PATH}/a.bin")],
         "observedGeneration": 0,
@@ -147,7 +147,7 @@ SEED1_FAILED: Obj = {
     },
 }
 
-SEED2_FULL: Obj = {
+SGLANG_FULL: Obj = {
     "apiVersion": "inference.rackai.rackspace.com/v1alpha1",
     "kind": "LoRAAdapter",
     "metadata": metadata("qwen-support-tone", finalizers=["loraflow.io/unload"]),
@@ -199,16 +199,16 @@ INFERENCE_SERVICE: Obj = {
 }
 
 FIXTURES = {
-    "seed1-full": SEED1_FULL,
-    "seed1-failed": SEED1_FAILED,
-    "seed2-full": SEED2_FULL,
+    "vllm-full": VLLM_FULL,
+    "vllm-failed": VLLM_FAILED,
+    "sglang-full": SGLANG_FULL,
     "model": MODEL,
     "modeldeployment": MODEL_DEPLOYMENT,
     "inferenceservice": INFERENCE_SERVICE,
 }
 
 
-def seed1_example() -> Obj:
+def vllm_example() -> Obj:
     """The LoRAAdapter the seed's `example` values describe."""
     folder = next(d for d in SEED_DIRS if d.exists())
     openapi = json.loads((folder / "rackai-loraadapter-openapi.json").read_text())
@@ -258,7 +258,7 @@ def test_roundtrip_is_identity(name: str) -> None:
 
 
 def test_seed_example_roundtrips() -> None:
-    obj = seed1_example()
+    obj = vllm_example()
     assert obj["spec"]["model"] == "llama3-8b-base"
     assert canonical(roundtrip(obj)) == canonical(obj)
     crd_validator("rackai.rackspace.com_loraadapters.yaml").validate(obj)
@@ -274,7 +274,7 @@ def test_object_validates_against_crd(name: str) -> None:
 
 def test_crd_validation_can_fail() -> None:
     """An invented field, a bad phase and a relative integrity path... (CEL is not run here)."""
-    obj = copy.deepcopy(SEED1_FULL)
+    obj = copy.deepcopy(VLLM_FULL)
     obj["spec"]["inventedField"] = "x"
     obj["status"]["phase"] = "Done"
     obj["status"]["size"] = "lots"
@@ -288,7 +288,7 @@ def test_crd_validation_can_fail() -> None:
 
 def test_empty_fields_are_omitted_zero_values_kept() -> None:
     """The omitempty rule: "", [], {} disappear; false and 0 stay (Go pointers)."""
-    obj = copy.deepcopy(SEED1_FULL)
+    obj = copy.deepcopy(VLLM_FULL)
     obj["metadata"]["labels"] = {}
     obj["spec"].update(tags=[], description="", integrity={"md5": {}})
     obj["status"] = {
@@ -308,7 +308,7 @@ def test_empty_fields_are_omitted_zero_values_kept() -> None:
 
 def test_condition_keeps_required_empty_message() -> None:
     """metav1.Condition.message is required (no omitempty): "" is sent, else the apiserver 422s."""
-    wire = roundtrip(SEED2_FULL)
+    wire = roundtrip(SGLANG_FULL)
     error = next(c for c in wire["status"]["conditions"] if c["type"] == "Error")
     assert error["message"] == ""
     crd_validator("inference.rackai.rackspace.com_loraadapters.yaml").validate(wire)

@@ -276,3 +276,28 @@ def test_scales_linearly() -> None:
     listing = {f"a{i}": f"{MOUNT}/loraadapters/ns/m1/a{i}" for i in range(3000)}
     pods = {("ns", "d1"): {f"p{i}": dict(listing) for i in range(20)}}
     assert drift(Snapshot(v1=adapters, deployments=mds, md_pods=pods), MOUNT) == []
+
+
+def test_a_full_resync_restats_every_admitted_seed1_adapter() -> None:
+    """The filer source's nudge after its log lost events (ResyncTick full): a Ready, loaded
+    adapter that an ordinary tick leaves alone is restatted; one being deleted, one never
+    admitted (admit first) and the seed-2 kind (no storage step) are not."""
+    ready = a1()
+    deleting = {
+        **a1(),
+        "metadata": {"name": "gone", "namespace": "ns", "generation": 1, "deletionTimestamp": "x"},
+    }
+    unadmitted = {**a1(), "metadata": {"name": "new", "namespace": "ns", "generation": 2}}
+    snapshot = Snapshot(
+        v1=[ready, deleting, unadmitted],
+        v2=[s1()],
+        deployments=[d1()],
+        services=[SVC],
+        md_pods=FULL,
+    )
+    ordinary = [(n.name, n.step) for n in drift(snapshot, MOUNT)]
+    full = drift(snapshot, MOUNT, restat="the filer's log starts after the cursor")
+    assert ("a1", "stat") not in ordinary
+    assert sorted((n.name, n.step) for n in full) == sorted({*ordinary, ("a1", "stat")})
+    (restat,) = [n for n in full if n.step == "stat"]
+    assert restat.reason == "the filer's log starts after the cursor"

@@ -214,3 +214,20 @@ def test_a_changed_declared_file_takes_ready_back_in_the_same_write(
     if ready == "Unknown":
         assert found.reason == "AwaitingVerification" and status.phase != "Ready" and status.ready is False
     assert status.file_set == "md5set:0123456789abcdef"  # the pods keep serving the verified set
+
+
+def test_the_recorded_files_fit_a_byte_budget_whatever_their_count() -> None:
+    """450 files with 1.7 KB paths would make a 1.5 MiB status: the budget keeps it small,
+    declared files first (verify needs them), then the others while they fit."""
+    long = DIR + "x" * 1700
+    listing = [StoredFile(f"{long}{i:03d}", 1, M1) for i in range(450)]
+    chosen = recorded(adapter(), listing, max_files=1000)
+    assert 0 < len(chosen) < 450
+    assert sum(2 * len(f.path) + 96 for f in chosen) <= 512 << 10
+    declared = LoRAAdapter.model_validate(
+        {
+            "metadata": {"name": "a", "namespace": "ns"},
+            "spec": {"model": "llama", "integrity": {"md5": {listing[-1].path: M1}}},
+        }
+    )
+    assert listing[-1] in recorded(declared, listing, max_files=1000, max_bytes=0)

@@ -262,6 +262,40 @@ SET_BOTH, SET_W = file_set({W: M1, C: M2}), file_set({W: M1})
             },
             id="a-failed-check-forgets-the-verified-set",
         ),
+        pytest.param(
+            {W: M2, C: M2},
+            {
+                **BOTH,
+                "conditions": [
+                    {**ready("True", "Loaded", "loaded in 2 Ready pod(s): d 2/2", T_OLD), "type": "Loaded"},
+                    ready("True", "IntegrityVerified", "ok", T_OLD),
+                ],
+                "fileSet": SET_BOTH,
+            },
+            {},
+            {
+                **BOTH,
+                "conditions": [
+                    {
+                        **ready(
+                            "False",
+                            "AdapterNotReady",
+                            "not Ready (IntegrityCheckFailed): the adapter is being unloaded",
+                        ),
+                        "type": "Loaded",
+                    },
+                    ready(
+                        "False",
+                        "IntegrityCheckFailed",
+                        f"MD5 mismatch for 1 file(s): {W} (expected {M2}, observed {M1})",
+                    ),
+                ],
+                "uploadComplete": False,
+                "phase": "Failed",
+                "ready": False,
+            },
+            id="a-failed-check-takes-loaded-back-in-the-same-write",
+        ),
     ],
 )
 def test_decide(

@@ -426,6 +426,9 @@ class EngineReplica:
         self.restarts = 0
         self.calls: dict[str, int] = {"load": 0, "unload": 0, "models": 0, "health": 0}
         self.load_log: deque[LoadInterval] = deque(maxlen=10_000)
+        self.presence_log: deque[tuple[float, str, bool]] = deque(maxlen=10_000)
+        """(time.monotonic(), name, served): every moment a name came or went (a restart included),
+        so a test can see how long a replacement left a name unserved."""
 
         self._lock = threading.Lock()
         self._name_locks: dict[str, threading.Lock] = {}
@@ -508,9 +511,22 @@ class EngineReplica:
             self._reset_adapters()
 
     def _reset_adapters(self) -> None:
+        now = time.monotonic()
+        for name in getattr(self, "_adapters", {}):
+            self.presence_log.append((now, name, False))
         self._adapters = Adapters(
             (n, LoadedAdapter(n, p, static=True)) for n, p in self.static_adapters.items()
         )
+
+    def put_adapter(self, adapter: LoadedAdapter) -> None:
+        """Serve `adapter` under its name (caller holds the lock); the moment is logged."""
+        self._adapters[adapter.name] = adapter
+        self.presence_log.append((time.monotonic(), adapter.name, True))
+
+    def drop_adapter(self, name: str) -> None:
+        """Stop serving `name` (caller holds the lock); the moment is logged."""
+        if self._adapters.pop(name, None) is not None:
+            self.presence_log.append((time.monotonic(), name, False))
 
     def listing_answer(self, payload: Callable[[], dict[str, Any]]) -> Response:
         """`GET /v1/models` encoded once per state of the adapters (see `Adapters`)."""
@@ -588,6 +604,9 @@ class EngineReplica:
             "config": self.config(),
             "loads": [
                 {"name": i.name, "start": i.start, "end": i.end, "ok": i.ok} for i in list(self.load_log)
+            ],
+            "presence": [
+                {"at": at, "name": name, "served": served} for at, name, served in list(self.presence_log)
             ],
         }
 

@@ -273,7 +273,7 @@ class SglangReplica(EngineReplica):
             with self._lock:
                 lost = self._generation != gen
                 if not lost:
-                    self._adapters[name] = LoadedAdapter(name, path, pinned=pinned, md5s=checked.md5s)
+                    self.put_adapter(LoadedAdapter(name, path, pinned=pinned, md5s=checked.md5s))
             self.record_load(name, start, not lost)
             if lost:
                 return DROP
@@ -293,5 +293,5 @@ class SglangReplica(EngineReplica):
             if self.unload_latency_s > 0:
                 time.sleep(self.unload_latency_s)
             with self._lock:
-                self._adapters.pop(name, None)
+                self.drop_adapter(name)
         return self.result(True)

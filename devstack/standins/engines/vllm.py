@@ -273,7 +273,7 @@ class VllmReplica(EngineReplica):
                         current.static = False
                         current.md5s = checked.md5s
                     else:
-                        self._adapters[name] = LoadedAdapter(name, path, md5s=checked.md5s)
+                        self.put_adapter(LoadedAdapter(name, path, md5s=checked.md5s))
             self.record_load(name, start, not lost)
             if lost:
                 return DROP
@@ -296,5 +296,5 @@ class VllmReplica(EngineReplica):
             if self.unload_latency_s > 0:
                 time.sleep(self.unload_latency_s)
             with self._lock:
-                self._adapters.pop(name, None)
+                self.drop_adapter(name)
         return Response(200, f"Success: LoRA adapter '{name}' removed successfully.".encode())

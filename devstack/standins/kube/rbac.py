@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import secrets
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -109,8 +110,9 @@ def _subject_matches(subject: JSON, user: User, binding_ns: str) -> bool:
 class Authorizer:
     """RBAC authorizer over Role/ClusterRole/RoleBinding/ClusterRoleBinding manifests."""
 
-    def __init__(self, rbac_dir: Path | None) -> None:
-        docs = manifest_documents(rbac_dir, RBAC_KINDS)
+    def __init__(self, rbac_dir: Path | None, extra: Sequence[JSON] = ()) -> None:
+        """`extra`: more RBAC documents (an optional component's, rendered by the stack)."""
+        docs = manifest_documents(rbac_dir, RBAC_KINDS) + [d for d in extra if d.get("kind") in RBAC_KINDS]
         self.cluster_roles = {d["metadata"]["name"]: d for d in docs if d["kind"] == "ClusterRole"}
         self.roles = {
             (d["metadata"].get("namespace", "default"), d["metadata"]["name"]): d

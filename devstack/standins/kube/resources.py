@@ -1,4 +1,4 @@
-"""Resource types served by the stand-in: core Pods/Namespaces/Events and CRDs from manifests."""
+"""Resource types served by the stand-in: core Pods/Namespaces/Events, Leases and CRDs from manifests."""
 
 from __future__ import annotations
 
@@ -86,6 +86,8 @@ CORE_TYPES = (
     _core("namespaces", "namespace", "Namespace", False, ("ns",), True),
     _core("events", "event", "Event", True, ("ev",), False),
     ResourceType("events.k8s.io", "v1", "events", "event", "Event", True, short_names=("ev",), builtin=True),
+    # The filer source keeps its cursor in annotations of a Lease (knative/components/filer-source).
+    ResourceType("coordination.k8s.io", "v1", "leases", "lease", "Lease", True, builtin=True),
 )
 
 CRD_TYPE = ResourceType(

@@ -6,6 +6,7 @@ import base64
 import json
 import threading
 from collections import Counter
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -33,13 +34,15 @@ class KubeServer:
         namespaces: tuple[str, ...] = DEFAULT_NAMESPACES,
         watch_history: int = 10000,
         tls: bool = False,
+        rbac: Sequence[dict[str, Any]] = (),
     ) -> None:
+        """`rbac`: RBAC documents beside those of `rbac_dir` (an optional component's)."""
         self.host, self._port = host, port
         self.tls = loopback_certificate() if tls else None
         self.registry = Registry(manifest_documents(crd_dir, {"CustomResourceDefinition"}))
         self.store = Store(watch_history)
         self._authn = Authenticator()
-        self._authz = Authorizer(rbac_dir)
+        self._authz = Authorizer(rbac_dir, rbac)
         self.faults = Faults()
         self._counters = Counters()
         self.api = Api(
@@ -120,7 +123,7 @@ class KubeServer:
         configuration.api_key = {"BearerToken": token or self.admin_token}
         configuration.api_key_prefix = {"BearerToken": "Bearer"}
         if self.tls is not None:
-            configuration.ssl_ca_cert = str(self.tls.cert_file)
+            configuration.ssl_ca_cert = str(self.tls.ca_file)
         return configuration
 
     def kubeconfig(self, token: str | None = None, namespace: str = "default") -> dict[str, Any]:
@@ -142,7 +145,7 @@ class KubeServer:
     def _cluster_entry(self) -> dict[str, Any]:
         entry: dict[str, Any] = {"server": self.url}
         if self.tls is not None:
-            entry["certificate-authority-data"] = base64.b64encode(self.tls.pem).decode()
+            entry["certificate-authority-data"] = base64.b64encode(self.tls.ca_pem).decode()
         return entry
 
     def write_kubeconfig(self, path: Path, token: str | None = None, namespace: str = "default") -> Path:

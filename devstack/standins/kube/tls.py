@@ -1,5 +1,8 @@
-"""A self-signed serving certificate for loopback (kubectl only sends tokens over TLS:
-clientcmd reads auth info only when the transport is secure)."""
+"""The Kubernetes stand-in's PKI: its own CA, and a serving certificate that CA signed for the
+loopback names (as kubeadm's ca.crt and apiserver.crt). Clients trust the CA only: kubectl,
+the kubernetes package and the functions' own client get it as `certificate-authority-data`
+in a kubeconfig, and verify the server as they would a cluster's. TLS is what makes kubectl
+talk to the stand-in at all: clientcmd sends a bearer token only over a secure transport."""
 
 from __future__ import annotations
 
@@ -14,19 +17,29 @@ from pathlib import Path
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.x509.oid import NameOID
+from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+LOOPBACK_NAMES = ("localhost", "127.0.0.1", "::1")
+VALIDITY = datetime.timedelta(days=30)
 
 
 @dataclass(frozen=True)
 class Certificate:
-    """PEM files of a self-signed certificate valid for 127.0.0.1, ::1 and localhost."""
+    """PEM files: the serving certificate and its key, and the CA certificate that signed it."""
 
     cert_file: Path
     key_file: Path
+    ca_file: Path
 
     @property
     def pem(self) -> bytes:
+        """The serving certificate."""
         return self.cert_file.read_bytes()
+
+    @property
+    def ca_pem(self) -> bytes:
+        """What a client trusts (`certificate-authority-data`)."""
+        return self.ca_file.read_bytes()
 
     def server_context(self) -> ssl.SSLContext:
         context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
@@ -35,38 +48,90 @@ class Certificate:
         return context
 
 
-@lru_cache(maxsize=1)
-def loopback_certificate() -> Certificate:
-    """Generated once per process (EC P-256, fast) into a private temporary directory."""
-    key = ec.generate_private_key(ec.SECP256R1())
-    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "loraflow-devstack-kube")])
-    now = datetime.datetime.now(datetime.UTC)
-    san = x509.SubjectAlternativeName(
+def _pem(key: ec.EllipticCurvePrivateKey) -> bytes:
+    return key.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+    )
+
+
+def _name(common_name: str) -> x509.Name:
+    return x509.Name(
         [
-            x509.DNSName("localhost"),
-            x509.IPAddress(ipaddress.ip_address("127.0.0.1")),
-            x509.IPAddress(ipaddress.ip_address("::1")),
+            x509.NameAttribute(NameOID.ORGANIZATION_NAME, "loraflow devstack"),
+            x509.NameAttribute(NameOID.COMMON_NAME, common_name),
         ]
     )
+
+
+def _key_usage(signs_certificates: bool) -> x509.KeyUsage:
+    """Digital signatures (an EC key's TLS handshakes), and for the CA certificate signing."""
+    return x509.KeyUsage(
+        digital_signature=True,
+        content_commitment=False,
+        key_encipherment=False,
+        data_encipherment=False,
+        key_agreement=False,
+        key_cert_sign=signs_certificates,
+        crl_sign=signs_certificates,
+        encipher_only=False,
+        decipher_only=False,
+    )
+
+
+def issue(directory: Path, names: tuple[str, ...] = LOOPBACK_NAMES) -> Certificate:
+    """A new CA and a serving certificate for `names` (DNS names or IP addresses), EC P-256
+    (fast to make), written into `directory` (keys 0600)."""
+    now = datetime.datetime.now(datetime.UTC)
+    start, end = now - datetime.timedelta(minutes=5), now + VALIDITY
+    ca_key = ec.generate_private_key(ec.SECP256R1())
+    ca_name = _name("loraflow-devstack-ca")
+    ca_ski = x509.SubjectKeyIdentifier.from_public_key(ca_key.public_key())
+    ca = (
+        x509.CertificateBuilder()
+        .subject_name(ca_name)
+        .issuer_name(ca_name)
+        .public_key(ca_key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(start)
+        .not_valid_after(end)
+        .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
+        .add_extension(_key_usage(signs_certificates=True), critical=True)
+        .add_extension(ca_ski, critical=False)
+        .sign(ca_key, hashes.SHA256())
+    )
+    key = ec.generate_private_key(ec.SECP256R1())
+    alternative: list[x509.GeneralName] = []
+    for name in names:
+        try:
+            alternative.append(x509.IPAddress(ipaddress.ip_address(name)))
+        except ValueError:
+            alternative.append(x509.DNSName(name))
     cert = (
         x509.CertificateBuilder()
-        .subject_name(name)
-        .issuer_name(name)
+        .subject_name(_name("loraflow-devstack-kube-apiserver"))
+        .issuer_name(ca_name)
         .public_key(key.public_key())
         .serial_number(x509.random_serial_number())
-        .not_valid_before(now - datetime.timedelta(minutes=5))
-        .not_valid_after(now + datetime.timedelta(days=30))
-        .add_extension(san, critical=False)
-        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
-        .sign(key, hashes.SHA256())
+        .not_valid_before(start)
+        .not_valid_after(end)
+        .add_extension(x509.SubjectAlternativeName(alternative), critical=False)
+        .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+        .add_extension(_key_usage(signs_certificates=False), critical=True)
+        .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
+        .add_extension(x509.AuthorityKeyIdentifier.from_issuer_subject_key_identifier(ca_ski), critical=False)
+        .sign(ca_key, hashes.SHA256())
     )
-    directory = Path(tempfile.mkdtemp(prefix="loraflow-kube-tls-"))
-    cert_file, key_file = directory / "tls.crt", directory / "tls.key"
-    cert_file.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-    key_file.write_bytes(
-        key.private_bytes(
-            serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
-        )
-    )
-    key_file.chmod(0o600)
-    return Certificate(cert_file, key_file)
+    directory.mkdir(parents=True, exist_ok=True)
+    found = Certificate(directory / "apiserver.crt", directory / "apiserver.key", directory / "ca.crt")
+    found.ca_file.write_bytes(ca.public_bytes(serialization.Encoding.PEM))
+    found.cert_file.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    found.key_file.touch(mode=0o600)
+    found.key_file.write_bytes(_pem(key))
+    # The CA's key is not kept: nothing signs a second certificate with it.
+    return found
+
+
+@lru_cache(maxsize=1)
+def loopback_certificate() -> Certificate:
+    """Made once per process, into a private temporary directory."""
+    return issue(Path(tempfile.mkdtemp(prefix="loraflow-kube-tls-")))

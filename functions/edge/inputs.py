@@ -15,7 +15,7 @@ from pydantic import ValidationError
 from events.catalog import BY_TYPE
 from events.domain import AdapterRef
 from events.external import API_TYPES, KubeObject
-from functions._edge import data_as
+from functions.edge.messages import data_as
 from functions.errors import Reject, problems
 from functions.logic.paths import check_label, check_subdomain, is_subdomain
 from functions.logic.serving import AdapterKey, TargetKey

@@ -18,100 +18,31 @@ non-CloudEvent body is a failed delivery), so nothing else is ever answered with
 
 from __future__ import annotations
 
-import json
+import contextvars
 import logging
+import re
 import time
 from collections.abc import Callable, Collection
-from typing import Any, TypeVar
-from uuid import uuid4
+from typing import Any
 
 import flask
 import functions_framework
 from cloudevents.conversion import to_binary
-from cloudevents.exceptions import GenericException
-from cloudevents.http import CloudEvent, from_http
-from pydantic import BaseModel, ValidationError
+from cloudevents.http import CloudEvent
 
-from functions.edge.bootstrap import Deps, deps, reset_deps
-from functions.errors import BodyTooLarge, Refused, Reject, Retryable, Unauthorized, problems
+from functions import observability
+from functions.edge.bootstrap import Deps, deps
+from functions.edge.messages import Reply, parse
+from functions.errors import BodyTooLarge, Refused, Reject, Retryable, Unauthorized
 from functions.metrics import CONTENT_TYPE
 from functions.observability import EVENTS, REGISTRY, STEP_SECONDS
 
 log = logging.getLogger("loraflow.edge")
 
-MAX_BODY_BYTES = 4 << 20
-BODY_KEY = "loraflow.body"
-"""A Kubernetes object is at most ~1.5 MiB; anything much larger is not an event for us."""
-
-Reply = CloudEvent | None
 Handler = Callable[[CloudEvent, Deps], Reply]
 WebhookHandler = Callable[[flask.Request, Deps], Reply]
-P = TypeVar("P", bound=BaseModel)
-__all__ = ["Deps", "Reply", "data_as", "deps", "function", "parse", "reply", "reset_deps"]
 
 
-# -- parsing ---------------------------------------------------------------------------------
-def body_of(request: flask.Request) -> bytes:
-    """The request body, refused before it is read past MAX_BODY_BYTES (a declared length over
-    it is never read at all; a chunked one stops one byte after), read once per request."""
-    cached = request.environ.get(BODY_KEY)
-    if isinstance(cached, bytes):
-        return cached
-    declared = request.content_length
-    if declared is not None and declared > MAX_BODY_BYTES:
-        raise BodyTooLarge(f"body of {declared} bytes exceeds the {MAX_BODY_BYTES}-byte limit")
-    body = request.stream.read(MAX_BODY_BYTES + 1)
-    if len(body) > MAX_BODY_BYTES:
-        raise BodyTooLarge(f"body exceeds the {MAX_BODY_BYTES}-byte limit")
-    request.environ[BODY_KEY] = body
-    return body
-
-
-def parse(request: flask.Request) -> CloudEvent:
-    """A CloudEvent from a binary- or structured-mode request, or Reject naming the problem."""
-    body = body_of(request)
-    try:
-        event = from_http(dict(request.headers), body)
-    except (GenericException, ValueError, TypeError, AttributeError, RecursionError) as err:
-        # RecursionError: JSON nested deeper than the decoder's limit (`[[[[...`) is garbage too.
-        raise Reject(f"not a valid CloudEvent: {err}") from err
-    for attribute in ("id", "source", "type"):
-        if not isinstance(event.get(attribute), str) or not event.get(attribute):
-            raise Reject(f"CloudEvent attribute {attribute!r} is missing or empty")
-    return event
-
-
-def data_as(event: CloudEvent, model: type[P]) -> P:
-    """Validate the event's data against its payload model, or Reject with the field paths."""
-    data = event.get_data()
-    if isinstance(data, bytes | str):
-        try:
-            data = json.loads(data)
-        except (ValueError, UnicodeDecodeError, RecursionError) as err:
-            raise Reject(f"data of {event['type']} is not JSON: {err}") from err
-    try:
-        return model.model_validate(data)
-    except ValidationError as err:
-        raise Reject(f"data of {event['type']} is invalid: {problems(err)}") from err
-
-
-def reply(
-    type_: str, function: str, subject: str, data: BaseModel, extensions: dict[str, str] | None = None
-) -> CloudEvent:
-    """Our outgoing event: JSON data by alias (unset optionals omitted, as the samples show),
-    source `/loraflow/<function>`."""
-    attributes = {
-        "type": type_,
-        "source": f"/loraflow/{function}",
-        "subject": subject,
-        "id": str(uuid4()),
-        "datacontenttype": "application/json",
-        **(extensions or {}),
-    }
-    return CloudEvent(attributes, data.model_dump(mode="json", exclude_none=True))
-
-
-# -- the function wrapper --------------------------------------------------------------------
 def function(
     name: str,
     accepts: Collection[str],
@@ -123,17 +54,26 @@ def function(
     def view(request: flask.Request) -> flask.Response:
         if request.method == "GET":
             return _probe(request)
+        # The trace and adapter context of this event, set in a copy: gone with the request.
+        return contextvars.copy_context().run(serve, request)
+
+    def serve(request: flask.Request) -> flask.Response:
         started = time.perf_counter()
         event: CloudEvent | None = None
         refusal = ""
+        observability.enter(request.headers)
         try:
             if webhook is not None and not _looks_like_cloudevent(request):
-                result = webhook(request, deps())
+                with observability.step_span(name, None):
+                    result = webhook(request, deps(name))
             else:
                 event = parse(request)
+                observability.enter(request.headers, event)
                 if event["type"] not in accepts:
                     raise Reject(f"{name} does not handle events of type {event['type']!r}")
-                result = handle(event, deps())
+                observability.observe_age(name, event["type"], event.get("time"), time.time())
+                with observability.step_span(name, event):
+                    result = handle(event, deps(name))
             response, outcome = _answer(result)
         except BodyTooLarge as err:
             # streamed, so functions-framework's after_request hook does not read the rest of the
@@ -191,10 +131,27 @@ def _answer(result: Reply) -> tuple[flask.Response, str]:
     return flask.Response(body, 200, headers=headers), "replied"
 
 
+_SCHEMA_PATH = re.compile(r"/schemas/([a-z0-9_]{1,200}\.json)")
+
+
 def _probe(request: flask.Request) -> flask.Response:
     if request.path.rstrip("/") == "/metrics":
         return flask.Response(REGISTRY.exposition(), 200, content_type=CONTENT_TYPE)
+    schema = _SCHEMA_PATH.fullmatch(request.path)
+    if schema is not None:
+        return _schema(schema.group(1))
     return flask.Response("ok\n", 200, mimetype="text/plain")
+
+
+def _schema(name: str) -> flask.Response:
+    """A committed JSON Schema of events/schemas (the name is checked: no path leaves it)."""
+    from events.catalog import SCHEMAS
+
+    try:
+        text = (SCHEMAS / name).read_bytes()
+    except OSError:
+        return flask.Response("no such schema\n", 404, mimetype="text/plain")
+    return flask.Response(text, 200, content_type="application/schema+json")
 
 
 def _context(function_name: str, event: CloudEvent | None) -> dict[str, Any]:

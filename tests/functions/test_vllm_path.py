@@ -1,4 +1,4 @@
-"""The whole seed-1 path over real HTTP: adapter -> upload -> notification -> ingest -> stat ->
+"""The whole vllm path over real HTTP: adapter -> upload -> notification -> ingest -> stat ->
 verify -> Ready, through the real filer's webhook, through an SQS body, and on the S3 backend
 (the real SeaweedFS S3 gateway, notified by the same filer).
 
@@ -54,7 +54,7 @@ def assert_quiet(world: Testbed, flow: Flow, ns: str, before: dict[str, Any]) ->
 @pytest.mark.parametrize(
     "structured", [pytest.param(False, id="binary"), pytest.param(True, id="structured")]
 )
-def test_seed1_path_through_the_filer_webhook(world: Testbed, structured: bool) -> None:
+def test_vllm_path_through_the_filer_webhook(world: Testbed, structured: bool) -> None:
     flow = Flow(world, structured)
     ns, directory = setup_adapter(world, flow)
     with world.webhook():
@@ -106,7 +106,7 @@ def post_sqs(world: Testbed, raw: bytes, key: str | None, mode: str) -> httpx.Re
 
 
 @pytest.mark.parametrize("mode", ["binary-bytes", "binary-text", "structured-text", "structured-base64"])
-def test_seed1_path_through_the_sqs_body(world: Testbed, mode: str) -> None:
+def test_vllm_path_through_the_sqs_body(world: Testbed, mode: str) -> None:
     flow = Flow(world)
     ns, directory = setup_adapter(world, flow)
     world.upload(directory + "adapter_config.json", CONFIG)
@@ -136,7 +136,7 @@ def test_sqs_body_that_is_not_protobuf_is_rejected(world: Testbed) -> None:
 @pytest.mark.parametrize(
     "multipart", [pytest.param(False, id="put-object"), pytest.param(True, id="multipart")]
 )
-def test_seed1_path_on_s3(world: Testbed, multipart: bool) -> None:
+def test_vllm_path_on_s3(world: Testbed, multipart: bool) -> None:
     """PutObject and a multipart upload through the real S3 gateway: the filer notifies them under
     /buckets/<bucket>/, ingest maps them back, stat and verify read the bucket with boto3 (a
     multipart ETag is not an MD5: verify hashes the object by streaming it)."""
