@@ -180,9 +180,9 @@ def _whole_world(kube: FakeKube, engines: FakeEngines, deps: Deps) -> drift.Snap
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(clusters(), st.sampled_from([1, 2, 3, 500]))
+@given(clusters(), st.sampled_from([1, 2, 3, 500]), st.booleans())
 def test_page_by_page_nudges_equal_the_whole_worlds(
-    cluster: tuple[list[Obj], dict[str, dict[str, str]]], page: int
+    cluster: tuple[list[Obj], dict[str, dict[str, str]]], page: int, full: bool
 ) -> None:
     objects, listings = cluster
     kube, engines, broker = FakeKube(*objects), FakeEngines(), FakeBroker()
@@ -195,8 +195,9 @@ def test_page_by_page_nudges_equal_the_whole_worlds(
         broker=broker,
         clock=lambda: datetime(2026, 6, 1, tzinfo=UTC),
     )
-    expected = sorted(drift.drift(_whole_world(kube, engines, deps), MOUNT))
-    resync.handle(resync_ping(), deps)
+    restat = "the filer's log lost its cursor" if full else None  # a full resync: stat everything
+    expected = sorted(drift.drift(_whole_world(kube, engines, deps), MOUNT, restat=restat))
+    resync.handle(resync_ping(restat), deps)
     published = sorted(
         drift.Nudge(
             e.get_data()["adapter"]["apiVersion"],  # type: ignore[index]
@@ -210,10 +211,11 @@ def test_page_by_page_nudges_equal_the_whole_worlds(
     assert published == expected
 
 
-def resync_ping() -> Any:
+def resync_ping(full: str | None = None) -> Any:
     from cloudevents.http import CloudEvent
 
-    return CloudEvent({"type": PING, "source": "/tests", "id": "tick"}, None)
+    data = {"full": True, "reason": full} if full else None
+    return CloudEvent({"type": PING, "source": "/tests", "id": "tick"}, data)
 
 
 def test_read_ahead_keeps_order_raises_the_sources_error_and_stops_with_its_reader() -> None:
