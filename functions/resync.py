@@ -62,10 +62,10 @@ def handle(event: CloudEvent, deps: Deps) -> Reply:
     restat = (tick.reason or "storage notifications may have been lost") if tick.full else None
     width = deps.settings.load_concurrency
     for snapshot in shards(deps):
-        nudges = drift.drift(snapshot, deps.settings.mount_root, restat=restat)
-        # a shard's nudges side by side: each is one POST to the Broker, which answers slower
-        # than the planner judges the next shard
-        bounded_map(nudges, lambda nudge: deps.broker.publish(to_event(nudge)), width)
+        # built here, where the tick's trace context is; posted side by side: each is one POST
+        # to the Broker, which answers slower than the planner judges the next shard
+        events = [to_event(n) for n in drift.drift(snapshot, deps.settings.mount_root, restat=restat)]
+        bounded_map(events, deps.broker.publish, width)
     return None
 
 
