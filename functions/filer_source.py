@@ -44,7 +44,7 @@ from functions.adapters.lease_cursor import LeaseMissing
 from functions.errors import LoraflowError, Reject
 from functions.logic import file_events, filer_log
 from functions.logic.filer_log import CHANGE, HEARTBEAT, Cursor
-from functions.logic.seaweed_event import InvalidNotification, classify, from_proto, join_path
+from functions.logic.seaweed_event import classify, from_proto, join_path
 from functions.settings import Settings
 
 if TYPE_CHECKING:
@@ -258,7 +258,7 @@ class Source:
         if step.kind == CHANGE:
             try:
                 event = self._event(one, signature)
-            except (Reject, InvalidNotification) as err:
+            except Reject as err:  # InvalidNotification among them
                 log.error(
                     "skipping event ts_ns=%d: %s",
                     one.ts_ns,

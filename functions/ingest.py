@@ -55,7 +55,6 @@ from functions.logic import file_events
 from functions.logic.file_events import check_path
 from functions.logic.seaweed_event import (
     FileChange,
-    InvalidNotification,
     Notification,
     ProtoDecodeError,
     classify,
@@ -135,13 +134,6 @@ def key_of(notification: Notification, extension: object) -> str:
     )
 
 
-def _classify(key: str, notification: Notification) -> FileChange:
-    try:
-        return classify(key, notification)
-    except InvalidNotification as err:
-        raise Reject(f"notification for {key!r} cannot be classified: {err}") from err
-
-
 def _event(payload: FileChanged) -> CloudEvent:
     return messages.reply(FILE_CHANGED, NAME, payload.path, payload)
 
@@ -193,7 +185,7 @@ def handle(event: CloudEvent, deps: Deps) -> CloudEvent | None:
     notification = decode_sqs_data(event.get_data())
     key = key_of(notification, event.get("key"))
     check_path(key, "notification key")
-    payload = _changed(_classify(key, notification), deps.settings)
+    payload = _changed(classify(key, notification), deps.settings)
     return _event(payload) if payload is not None else None
 
 
@@ -218,12 +210,9 @@ def webhook(request: flask.Request, deps: Deps) -> CloudEvent | None:
         ) from err
     except (ValueError, UnicodeDecodeError, RecursionError) as err:
         raise Reject(f"webhook body is not JSON: {err}") from err
-    try:
-        notification = parse_webhook_message(message.message)
-    except InvalidNotification as err:
-        raise Reject(f"webhook message for {message.key!r} cannot be decoded: {err}") from err
+    notification = parse_webhook_message(message.message)  # InvalidNotification: a 400
     check_path(message.key, "notification key")
-    payload = _changed(_classify(message.key, notification), deps.settings)
+    payload = _changed(classify(message.key, notification), deps.settings)
     if payload is None:
         return None
     event = _event(payload)

@@ -35,6 +35,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
+from functions.errors import Reject
+
 if TYPE_CHECKING:
     from functions.proto import filer_pb2
 
@@ -57,12 +59,12 @@ __all__ = [
 EventType = Literal["create", "update", "delete", "rename"]
 
 
-class InvalidNotification(ValueError):
-    """A webhook message (JSON form) or a notification that cannot be interpreted."""
+class InvalidNotification(Reject):
+    """A webhook message (JSON form) or a notification that cannot be interpreted (a 400)."""
 
 
-class ProtoDecodeError(ValueError):
-    """Bytes that are not a protobuf EventNotification (the message says what was tried)."""
+class ProtoDecodeError(Reject):
+    """Bytes that are not a protobuf EventNotification (the message says what was tried; a 400)."""
 
 
 @dataclass(frozen=True, slots=True)
