@@ -47,6 +47,65 @@ def _now() -> str:
     return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
+def pod_body(kind: Kind, target: dict[str, Any], name: str, replica: EngineReplica) -> dict[str, Any]:
+    """The Pod a target's controller creates for one engine replica (labels, owner, port)."""
+    meta, spec = target["metadata"], target.get("spec") or {}
+    runtime = "sglang" if kind is INFERENCE_SERVICE and spec.get("runtime") == "sglang" else "vllm"
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": name,
+            "namespace": meta["namespace"],
+            "labels": {OWNER_LABELS[kind.kind]: meta["name"], RUNTIME_LABEL: runtime, SERVING_LABEL: "true"},
+            "ownerReferences": [
+                {
+                    "apiVersion": kind.api_version,
+                    "kind": kind.kind,
+                    "name": meta["name"],
+                    "uid": meta.get("uid", ""),
+                    "controller": True,
+                }
+            ],
+        },
+        "spec": {
+            "containers": [
+                {
+                    "name": "engine",
+                    "image": IMAGES[runtime],
+                    "ports": [{"name": "http", "containerPort": replica.port}],
+                }
+            ]
+        },
+    }
+
+
+def pod_status(replica: EngineReplica, ready: bool, restarts: int) -> dict[str, Any]:
+    """What the kubelet reports for the replica's Pod (its address, readiness, restarts)."""
+    flag = "True" if ready else "False"
+    return {
+        "phase": "Running",
+        "podIP": replica.host,
+        "podIPs": [{"ip": replica.host}],
+        "startTime": _now(),
+        "conditions": [
+            {"type": "Ready", "status": flag, "lastTransitionTime": _now()},
+            {"type": "ContainersReady", "status": flag, "lastTransitionTime": _now()},
+        ],
+        "containerStatuses": [
+            {
+                "name": "engine",
+                "ready": ready,
+                "restartCount": restarts,
+                "image": "engine",
+                "imageID": "",
+                "started": ready,
+                "state": {"running": {"startedAt": _now()}},
+            }
+        ],
+    }
+
+
 class Workload:
     def __init__(
         self,
@@ -111,66 +170,15 @@ class Workload:
             mount_root=self.mount_root,
             **self.engine_defaults,
         )
-        body = {
-            "apiVersion": "v1",
-            "kind": "Pod",
-            "metadata": {
-                "name": name,
-                "namespace": namespace,
-                "labels": {
-                    OWNER_LABELS[kind.kind]: meta["name"],
-                    RUNTIME_LABEL: runtime,
-                    SERVING_LABEL: "true",
-                },
-                "ownerReferences": [
-                    {
-                        "apiVersion": kind.api_version,
-                        "kind": kind.kind,
-                        "name": meta["name"],
-                        "uid": meta.get("uid", ""),
-                        "controller": True,
-                    }
-                ],
-            },
-            "spec": {
-                "containers": [
-                    {
-                        "name": "engine",
-                        "image": IMAGES[runtime],
-                        "ports": [{"name": "http", "containerPort": replica.port}],
-                    }
-                ]
-            },
-        }
-        self._core.create_namespaced_pod(namespace, body)
+        self._core.create_namespaced_pod(namespace, pod_body(kind, target, name, replica))
         self._set_pod_status(namespace, name, replica, ready=True, restarts=0)
 
     def _set_pod_status(
         self, namespace: str, name: str, replica: EngineReplica, ready: bool, restarts: int
     ) -> None:
-        flag = "True" if ready else "False"
-        status = {
-            "phase": "Running",
-            "podIP": replica.host,
-            "podIPs": [{"ip": replica.host}],
-            "startTime": _now(),
-            "conditions": [
-                {"type": "Ready", "status": flag, "lastTransitionTime": _now()},
-                {"type": "ContainersReady", "status": flag, "lastTransitionTime": _now()},
-            ],
-            "containerStatuses": [
-                {
-                    "name": "engine",
-                    "ready": ready,
-                    "restartCount": restarts,
-                    "image": "engine",
-                    "imageID": "",
-                    "started": ready,
-                    "state": {"running": {"startedAt": _now()}},
-                }
-            ],
-        }
-        self._core.patch_namespaced_pod_status(name, namespace, {"status": status})
+        self._core.patch_namespaced_pod_status(
+            name, namespace, {"status": pod_status(replica, ready, restarts)}
+        )
 
     # -- operations tests and demos drive -----------------------------------------------------------
     def replica(self, namespace: str, pod: str) -> EngineReplica:

@@ -4,18 +4,28 @@ Trigger: `dev.knative.sources.ping`, from the PingSource or from the filer sourc
 `{"full": true, "reason": ...}` (the filer source, when the filer's metadata log no longer
 covers its cursor) adds a stat nudge for every admitted seed-1 adapter, Ready ones included:
 their files may have changed unnoticed.
-Reads: every adapter of both kinds, ModelDeployments, InferenceServices and serving Pods
-(`loraflow.io/serving=true`), all paginated; one `GET /v1/models` per Ready pod (fanned out).
+Reads: ModelDeployments, InferenceServices and serving Pods (`loraflow.io/serving=true`), held
+for the tick (targets and pods are few); the adapters of both kinds page by page
+(`LORAFLOW_LIST_PAGE_SIZE`), never all at once; one `GET /v1/models` per Ready pod (fanned out),
+one namespace's pods at a time.
 Writes: nothing. Publishes `io.loraflow.adapter.drifted.v1` (extension `loraflowstep` =
-admit|stat|load|unload, data.reason) to the Broker for what drifted only.
+admit|stat|load|unload, data.reason) to the Broker for what drifted only, shard by shard.
 Outcomes: 204 (nudges are published, not replied); 503 when the API or the Broker fails.
-Cost: a fixed number of paginated lists + one listing per Ready pod, no per-adapter API call.
+Cost: the paginated lists (about adapters / page size requests, the sglang kind twice) + one
+listing per Ready pod, no per-adapter API call; memory: one page of adapters, one namespace's
+sglang adapters and pod listings, the targets and pods (functions/logic/drift.py: shards).
 """
 
 from __future__ import annotations
 
+import bisect
+import threading
 from collections import defaultdict
-from typing import Any
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+from itertools import groupby
+from queue import Full, Queue
+from typing import Any, NamedTuple
 
 from cloudevents.http import CloudEvent
 
@@ -26,8 +36,9 @@ from functions.adapters.concurrency import bounded_map
 from functions.edge import inputs, messages, shell
 from functions.edge.bootstrap import Deps
 from functions.edge.messages import Reply
-from functions.logic import drift
+from functions.logic import drift, facts
 from functions.logic.pods import Endpoint
+from functions.logic.serving import AdapterKey, TargetKey
 from functions.resources.kinds import (
     ADAPTER_KINDS,
     INFERENCE_SERVICE,
@@ -41,6 +52,7 @@ from functions.resources.kinds import (
 
 NAME = "resync"
 ACCEPTS = (PING,)
+Obj = dict[str, Any]
 
 
 def handle(event: CloudEvent, deps: Deps) -> Reply:
@@ -48,44 +60,265 @@ def handle(event: CloudEvent, deps: Deps) -> Reply:
     if event.get_data() not in (None, b"", ""):
         tick = messages.data_as(event, ResyncTick)  # an object or nothing; garbage is a 400
     restat = (tick.reason or "storage notifications may have been lost") if tick.full else None
-    snapshot = observe(deps)
-    for nudge in drift.drift(snapshot, deps.settings.mount_root, restat=restat):
-        deps.broker.publish(to_event(nudge))
+    width = deps.settings.load_concurrency
+    for snapshot in shards(deps):
+        # built here, where the tick's trace context is; posted side by side: each is one POST
+        # to the Broker, which answers slower than the planner judges the next shard
+        events = [to_event(n) for n in drift.drift(snapshot, deps.settings.mount_root, restat=restat)]
+        bounded_map(events, deps.broker.publish, width)
     return None
 
 
-def observe(deps: Deps) -> drift.Snapshot:
-    kube = deps.kube
-    located: list[tuple[str, drift.Namespaced, Endpoint]] = []
-    for pod in kube.iter(POD, None, f"{SERVING_LABEL}=true"):
+class Held(NamedTuple):
+    """What a tick holds from start to end: the targets and the Ready pods' engines."""
+
+    deployments: Mapping[str, Sequence[Obj]]
+    """namespace -> its ModelDeployments."""
+    services: Mapping[drift.Namespaced, Obj]
+    pods: Mapping[TargetKey, Sequence[Endpoint]]
+
+
+def hold(deps: Deps) -> Held:
+    kube, page = deps.kube, deps.settings.list_page_size
+    deployments: dict[str, list[Obj]] = defaultdict(list)
+    for md in kube.iter(MODEL_DEPLOYMENT, page_size=page):
+        deployments[facts.namespace_of(md)].append(md)
+    services = {
+        (facts.namespace_of(s), facts.name_of(s)): s for s in kube.iter(INFERENCE_SERVICE, page_size=page)
+    }
+    pods: dict[TargetKey, list[Endpoint]] = defaultdict(list)
+    for pod in kube.iter(POD, None, f"{SERVING_LABEL}=true", page_size=page):
         target = inputs.serving_target(pod)
         ep = fleet.endpoint_of(deps, pod, target) if target is not None else None
         if ep is not None and target is not None:
-            which = "md" if target.kind == "ModelDeployment" else "isvc"
-            located.append((which, (target.namespace, target.name), ep))
-    listings: dict[Endpoint, dict[str, str] | None] = {}
-    if located:  # no serving pod, no engine client: a tick in an idle cluster pays for none
-        width = deps.settings.load_concurrency
-        listed = bounded_map([ep for _, _, ep in located], deps.engines.listing, width)
-        listings = {ep: found if isinstance(found, dict) else None for ep, found in listed}
-    grouped: dict[str, dict[drift.Namespaced, dict[str, Any]]] = {
-        "md": defaultdict(dict),
-        "isvc": defaultdict(dict),
+            pods[target].append(ep)
+    return Held(dict(deployments), services, dict(pods))
+
+
+def listings(deps: Deps, held: Held, targets: Iterable[TargetKey]) -> dict[drift.Namespaced, dict[str, Any]]:
+    """(namespace, target) -> Ready pod -> its engine's listing (None: unreachable)."""
+    located = [(t, ep) for t in targets for ep in held.pods.get(t, ())]
+    grouped: dict[drift.Namespaced, dict[str, Any]] = defaultdict(dict)
+    if not located:  # no serving pod, no engine client: an idle namespace pays for none
+        return grouped
+    listed = bounded_map([ep for _, ep in located], deps.engines.listing, deps.settings.load_concurrency)
+    for (target, ep), (_, found) in zip(located, listed, strict=True):
+        grouped[(target.namespace, target.name)][ep.pod] = found if isinstance(found, dict) else None
+    return grouped
+
+
+class Ahead:
+    """Each namespace's pod listings, fetched one namespace ahead of the one being judged (the
+    engines answer while the planner works); at most two namespaces' listings are held."""
+
+    def __init__(self, deps: Deps, held: Held, targets: Mapping[str, Sequence[TargetKey]]) -> None:
+        self._deps, self._held, self._targets = deps, held, targets
+        self._order = sorted(targets)
+        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="resync-ahead")
+        self._pending: dict[str, Future[dict[drift.Namespaced, dict[str, Any]]]] = {}
+
+    def _submit(self, namespace: str) -> Future[dict[drift.Namespaced, dict[str, Any]]]:
+        targets = self._targets.get(namespace, ())
+        return self._pool.submit(listings, self._deps, self._held, targets)
+
+    def listings(self, namespace: str) -> dict[drift.Namespaced, dict[str, Any]]:
+        future = self._pending.pop(namespace, None) or self._submit(namespace)
+        following = bisect.bisect_right(self._order, namespace)
+        if following < len(self._order) and self._order[following] not in self._pending:
+            self._pending[self._order[following]] = self._submit(self._order[following])
+        return future.result()
+
+    def close(self) -> None:
+        for future in self._pending.values():
+            future.cancel()
+        self._pool.shutdown(wait=True)
+
+
+def read_ahead(objects: Iterable[Obj], batch: int) -> Iterator[Obj]:
+    """`objects` as they come, the next pages read by a thread meanwhile (at most two pages
+    waiting), so the API server serves a page while the planner judges the last one."""
+    queue: Queue[list[Obj] | BaseException | None] = Queue(maxsize=2)
+    stop = threading.Event()
+
+    def pump() -> None:
+        try:
+            chunk: list[Obj] = []
+            for obj in objects:
+                chunk.append(obj)
+                if len(chunk) >= batch:
+                    if not _put(queue, chunk, stop):
+                        return  # the reader is gone: read no further page
+                    chunk = []
+            if _put(queue, chunk, stop):
+                _put(queue, None, stop)
+        except BaseException as err:  # handed to the reader, which raises it
+            _put(queue, err, stop)
+
+    reader = threading.Thread(target=pump, name="resync-pages", daemon=True)
+    reader.start()
+    try:
+        while True:
+            item = queue.get()
+            if item is None:
+                return
+            if isinstance(item, BaseException):
+                raise item
+            yield from item
+    finally:
+        stop.set()
+        reader.join()
+
+
+def _put(queue: Queue[Any], item: Any, stop: threading.Event) -> bool:
+    """Queue `item` unless the reader stopped first (False)."""
+    while not stop.is_set():
+        try:
+            queue.put(item, timeout=0.1)
+            return True
+        except Full:
+            continue
+    return False
+
+
+class Models:
+    """Models are read by name only (RBAC: get), and only those some adapter said were missing;
+    each once per tick."""
+
+    def __init__(self, deps: Deps) -> None:
+        self._deps = deps
+        self._exists: dict[drift.Namespaced, bool] = {}
+
+    def existing(self, adapters: Sequence[Obj]) -> frozenset[drift.Namespaced]:
+        for key in sorted(drift.missing_models(adapters)):
+            if key not in self._exists:
+                self._exists[key] = self._deps.kube.get(MODEL, key[0], key[1]) is not None
+        return frozenset(key for key, found in self._exists.items() if found)
+
+
+def shards(deps: Deps) -> Iterator[drift.Snapshot]:
+    """The world as shards (functions/logic/drift.py), read as they are judged."""
+    held = hold(deps)
+    models = Models(deps)
+    yield from _vllm_shards(deps, held, models)
+    yield from _sglang_shards(deps, held)
+
+
+def _chunks(objects: Iterable[Obj], size: int) -> Iterator[tuple[str, list[Obj]]]:
+    """(namespace, at most `size` adapters of it), in the list's (namespace, name) order."""
+    for namespace, group in groupby(objects, key=facts.namespace_of):
+        chunk: list[Obj] = []
+        for obj in group:
+            chunk.append(obj)
+            if len(chunk) >= size:
+                yield namespace, chunk
+                chunk = []
+        if chunk:
+            yield namespace, chunk
+
+
+def _vllm_shards(deps: Deps, held: Held, models: Models) -> Iterator[drift.Snapshot]:
+    """One namespace at a time: its ModelDeployments and their pods' listings, then its
+    adapters a chunk at a time, then the copies no chunk named (orphans)."""
+    page = deps.settings.list_page_size
+    pending = sorted(held.deployments)  # namespaces with deployments not reached yet
+    current: str | None = None
+    pods: dict[drift.Namespaced, dict[str, Any]] = {}
+    unnamed: set[str] = set()
+
+    targets = {
+        namespace: [TargetKey("ModelDeployment", namespace, facts.name_of(md)) for md in mds]
+        for namespace, mds in held.deployments.items()
     }
-    for which, key, ep in located:
-        grouped[which][key][ep.pod] = listings[ep]
-    v1 = list(kube.iter(VLLM_ADAPTER))
-    # Models are read by name only (RBAC: get), and only those some adapter said were missing.
-    models = frozenset(key for key in drift.missing_models(v1) if kube.get(MODEL, key[0], key[1]) is not None)
+    ahead = Ahead(deps, held, targets)
+
+    def enter(namespace: str) -> None:
+        nonlocal current, pods, unnamed
+        current = namespace
+        pods = ahead.listings(namespace)
+        unnamed = drift.listed(pods)
+
+    def leave() -> Iterator[drift.Snapshot]:
+        if current is not None and unnamed:
+            yield drift.Snapshot(deployments=_mds(held, current), md_pods=drift.restrict(pods, unnamed))
+
+    adapters = read_ahead(deps.kube.iter(VLLM_ADAPTER, page_size=page), page)
+    try:
+        for namespace, chunk in _chunks(adapters, page):
+            if namespace != current:
+                yield from leave()
+                while pending and pending[0] < namespace:
+                    enter(pending.pop(0))
+                    yield from leave()
+                if pending and pending[0] == namespace:
+                    pending.pop(0)
+                enter(namespace)
+            names = {facts.name_of(obj) for obj in chunk}
+            unnamed -= names
+            yield drift.Snapshot(
+                v1=chunk,
+                deployments=_mds(held, namespace),
+                md_pods=drift.restrict(pods, names),
+                models=models.existing(chunk),
+            )
+        yield from leave()
+        for namespace in pending:
+            enter(namespace)
+            yield from leave()
+    finally:
+        ahead.close()
+
+
+def _mds(held: Held, namespace: str) -> Sequence[Obj]:
+    return held.deployments.get(namespace, ())
+
+
+def _sglang_shards(deps: Deps, held: Held) -> Iterator[drift.Snapshot]:
+    """One namespace at a time: its adapters (their lifecycle), with every claimant of its
+    InferenceServices (their serving), the claimants from other namespaces read first."""
+    page = deps.settings.list_page_size
+    foreign: dict[str, list[Obj]] = defaultdict(list)
+    for obj in read_ahead(deps.kube.iter(SGLANG_ADAPTER, page_size=page), page):
+        ref = facts.isvc_ref(obj)
+        if ref.namespace != facts.namespace_of(obj):
+            foreign[ref.namespace].append(obj)
+    targets: dict[str, list[TargetKey]] = defaultdict(list)
+    for namespace, name in sorted(held.services):
+        targets[namespace].append(TargetKey("InferenceService", namespace, name))
+    ahead = Ahead(deps, held, targets)
+    pending = sorted(set(targets) | set(foreign))
+    adapters = read_ahead(deps.kube.iter(SGLANG_ADAPTER, page_size=page), page)
+    try:
+        for namespace, group in groupby(adapters, key=facts.namespace_of):
+            while pending and pending[0] < namespace:
+                yield _sglang_shard(held, pending.pop(0), [], foreign, ahead)
+            if pending and pending[0] == namespace:
+                pending.pop(0)
+            yield _sglang_shard(held, namespace, list(group), foreign, ahead)
+        for namespace in pending:
+            yield _sglang_shard(held, namespace, [], foreign, ahead)
+    finally:
+        ahead.close()
+
+
+def _sglang_shard(
+    held: Held, namespace: str, own: list[Obj], foreign: Mapping[str, Sequence[Obj]], ahead: Ahead
+) -> drift.Snapshot:
+    claimants = list(foreign.get(namespace, ()))
+    referenced = {(ref.namespace, ref.name) for ref in map(facts.isvc_ref, own)}
+    services = [s for key, s in sorted(held.services.items()) if key[0] == namespace or key in referenced]
     return drift.Snapshot(
-        v1=v1,
-        v2=list(kube.iter(SGLANG_ADAPTER)),
-        deployments=list(kube.iter(MODEL_DEPLOYMENT)),
-        services=list(kube.iter(INFERENCE_SERVICE)),
-        md_pods=grouped["md"],
-        isvc_pods=grouped["isvc"],
-        models=models,
+        v2=own + claimants,
+        services=services,
+        isvc_pods=ahead.listings(namespace),
+        lifecycle=frozenset(_key("sglang", obj) for obj in own),
+        serving=frozenset(
+            _key("sglang", obj) for obj in own + claimants if facts.isvc_ref(obj).namespace == namespace
+        ),
     )
+
+
+def _key(kind: str, obj: Obj) -> AdapterKey:
+    return AdapterKey(kind, facts.namespace_of(obj), facts.name_of(obj))  # type: ignore[arg-type]
 
 
 def to_event(nudge: drift.Nudge) -> CloudEvent:

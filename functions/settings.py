@@ -43,6 +43,8 @@ class Settings(BaseModel):
     hash_max_bytes: int = Field(default=1 << 30, ge=0)
     mount_root: str = "/mnt/seaweedfs"
     load_concurrency: int = Field(default=10, ge=1, le=1000)
+    list_page_size: int = Field(default=500, ge=1, le=10000)
+    """Objects per list request (limit/continue): resync holds one page of adapters at a time."""
     engine_timeout: float = Field(default=30.0, gt=0)
     max_lora_rank: int = Field(default=64, ge=1)
     engine_deny: str = ""

@@ -198,6 +198,10 @@ class Kube:
                     partial(self._list, kind, namespace, label_selector, page_size, token),
                 )
             except ApiError as err:
+                if err.status == 410 and token:
+                    # the first page's revision was compacted while we read: the list cannot be
+                    # finished consistently; the event is retried and starts a fresh list
+                    raise KubeUnavailable(f"list {kind.plural}: continue token expired (410)") from err
                 raise _translate(err, "list", kind.plural) from err
             yield from page.get("items") or []
             token = (page.get("metadata") or {}).get("continue")

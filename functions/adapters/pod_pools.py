@@ -8,13 +8,16 @@ made every call pay for all 50: 50 loads at 100 ms with 10 in flight took ~590 m
 
 Pods come and go with new addresses, so a pool not used for `idle_after_s` is closed when the
 next new pod arrives. Every call marks its pool used as it starts, so a pool with a call in
-flight is never closed as long as calls last less than `idle_after_s`.
+flight is never closed as long as calls last less than `idle_after_s`. The pools are kept in
+the order they were last used, so finding the idle ones costs what is dropped (a resync meeting
+5,000 pods for the first time scanned every pool for each new one: 12.5 million steps).
 """
 
 from __future__ import annotations
 
 import threading
 import time
+from collections import OrderedDict
 from collections.abc import Callable
 
 import httpx
@@ -36,7 +39,8 @@ class PodPools(httpx.BaseTransport):
         self._clock = clock
         self._lock = threading.Lock()
         self._pools: dict[Origin, httpx.HTTPTransport] = {}
-        self._last_used: dict[Origin, float] = {}
+        self._last_used: OrderedDict[Origin, float] = OrderedDict()
+        """Least recently used first."""
 
     def handle_request(self, request: httpx.Request) -> httpx.Response:
         url = request.url
@@ -65,12 +69,17 @@ class PodPools(httpx.BaseTransport):
                 # engines are reached at http://<pod IP>:<port>: no TLS to set up
                 pool = self._pools[origin] = httpx.HTTPTransport(verify=never_used(), limits=self._limits)
             self._last_used[origin] = now
+            self._last_used.move_to_end(origin)
         for old in stale:
             old.close()
         return pool
 
     def _drop_idle(self, now: float) -> list[httpx.HTTPTransport]:
-        idle = [o for o, used in self._last_used.items() if now - used > self._idle_after_s]
-        for origin in idle:
+        dropped: list[httpx.HTTPTransport] = []
+        while self._last_used:
+            origin, used = next(iter(self._last_used.items()))
+            if now - used <= self._idle_after_s:
+                break  # the rest were used later
             del self._last_used[origin]
-        return [self._pools.pop(origin) for origin in idle]
+            dropped.append(self._pools.pop(origin))
+        return dropped

@@ -1,22 +1,33 @@
-"""What the periodic resync should nudge, from one snapshot of the world (pure).
+"""What the periodic resync should nudge, from one snapshot of (a shard of) the world (pure).
 
-Input: every adapter of both kinds, every ModelDeployment and InferenceService, and the
-listing of each Ready serving pod grouped by target. Output: (adapter, step, reason) nudges, at
-most one per adapter and step. Serving drift is the serving planner's own answer: an adapter is
-nudged to load when a pod lacks it or serves an older file set, or when its status is not what
-load would write now; a copy of ours that is not wanted is nudged to unload (a copy whose
-LoRAAdapter is gone is named by reference). Cost is linear in objects + pods x listed adapters.
+Input: adapters of both kinds, the ModelDeployments and InferenceServices, and the listing of
+each Ready serving pod grouped by target. Output: (adapter, step, reason) nudges, at most one
+per adapter and step. Serving drift is the serving planner's own answer: an adapter is nudged to
+load when a pod lacks it or serves an older file set, or when its status is not what load would
+write now; a copy of ours that is not wanted is nudged to unload (a copy whose LoRAAdapter is
+gone is named by reference). Cost is linear in objects + pods x listed adapters.
+
+Shards (what lets resync read page by page, never every adapter at once): the planner's answer
+for an adapter depends only on
+- vllm: the adapter, the ModelDeployments of its namespace and their pods' listings, and of a
+  listing only the entries under its own name (`restrict`): a chunk of one namespace's adapters
+  is a shard, and the copies no chunk named are judged last (`unnamed`: orphans);
+- sglang: every claimant of a name on its InferenceService: one namespace's adapters, with the
+  claimants from other namespaces of its InferenceServices, is a shard.
+`Snapshot.lifecycle` and `Snapshot.serving` say which adapters a shard judges (the others are in
+it for their claims); the union of the shards' nudges is the whole world's
+(tests/unit/test_resync_shards.py holds them equal).
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, NamedTuple
 
-from functions.logic import facts, loaded, reasons, serving
+from functions.logic import conditions, facts, loaded, reasons, serving
 from functions.logic.adapter_config import VALID, ConfigVerdict
 from functions.logic.paths import is_subdomain
 from functions.logic.serving import AdapterKey, ListingFailure, Pod, Policy, Scope, TargetKey
@@ -48,6 +59,38 @@ class Snapshot:
     isvc_pods: Mapping[Namespaced, Mapping[str, Listing]] = field(default_factory=dict)
     models: frozenset[Namespaced] = frozenset()
     """(namespace, model) of the Models that exist, among those some adapter reported missing."""
+    lifecycle: frozenset[AdapterKey] | None = None
+    """The adapters whose admission, observation and deletion this snapshot judges (None: all)."""
+    serving: frozenset[AdapterKey] | None = None
+    """The adapters whose serving this snapshot judges (None: all); copies of adapters absent
+    from the snapshot are judged by whoever put their names in the listings."""
+
+
+def restrict(
+    pods: Mapping[Namespaced, Mapping[str, Listing]], names: Collection[str]
+) -> dict[Namespaced, dict[str, Listing]]:
+    """Each listing cut to the entries under `names` (an unreachable pod stays unreachable).
+
+    For vllm the planner reads of a listing only the entry under the adapter's own name (its
+    loads, its status, and whose copy an entry is: our layout names it), so a shard of a
+    namespace's adapters needs no other entry, and an entry no shard named is an orphan's."""
+    wanted = names if isinstance(names, set | frozenset) else set(names)
+    cut: dict[Namespaced, dict[str, Listing]] = {}
+    for target, group in pods.items():
+        cut[target] = {}
+        for pod, listing in group.items():
+            if listing is None:
+                cut[target][pod] = None
+            elif len(wanted) < len(listing):
+                cut[target][pod] = {n: listing[n] for n in wanted if n in listing}
+            else:
+                cut[target][pod] = {n: root for n, root in listing.items() if n in wanted}
+    return cut
+
+
+def listed(pods: Mapping[Namespaced, Mapping[str, Listing]]) -> set[str]:
+    """Every name some pod lists."""
+    return {name for group in pods.values() for listing in group.values() if listing for name in listing}
 
 
 def _conditions(obj: Obj) -> dict[str, Obj]:
@@ -148,15 +191,23 @@ def drift(snapshot: Snapshot, mount_root: str, restat: str | None = None) -> lis
     """`restat`: a reason to nudge stat for every admitted seed-1 adapter whatever its state (a
     full resync: storage changes may have gone unnoticed, and a Ready adapter's files too)."""
     nudges: dict[tuple[str, str, str, str], list[str]] = defaultdict(list)
+    judged = {"lifecycle": snapshot.lifecycle, "serving": snapshot.serving}
 
-    def add(key: AdapterKey, step: str, reason: str) -> None:
-        api_version = (VLLM_ADAPTER if key.kind == "vllm" else SGLANG_ADAPTER).api_version
-        nudges[(api_version, key.namespace, key.name, step)].append(reason)
+    def adder(which: str) -> Callable[[AdapterKey, str, str], None]:
+        mine = judged[which]
+
+        def add(key: AdapterKey, step: str, reason: str) -> None:
+            if mine is not None and key in objects and key not in mine:
+                return  # another shard judges it
+            api_version = (VLLM_ADAPTER if key.kind == "vllm" else SGLANG_ADAPTER).api_version
+            nudges[(api_version, key.namespace, key.name, step)].append(reason)
+
+        return add
 
     world, objects = world_of(snapshot, Policy(mount_root=mount_root))
     services = {(facts.namespace_of(s), facts.name_of(s)): s for s in snapshot.services}
-    admitting = _lifecycle(world, objects, services, snapshot.models, add, restat)
-    _serving_drift(world, objects, admitting, add)
+    admitting = _lifecycle(world, objects, services, snapshot.models, adder("lifecycle"), restat)
+    _serving_drift(world, objects, admitting, adder("serving"))
     return [Nudge(*key, "; ".join(dict.fromkeys(reasons_))) for key, reasons_ in sorted(nudges.items())]
 
 
@@ -251,26 +302,35 @@ def stale_status(
     """
     adapter = world.adapters[key]
     report = serving.serving_report(world, desire, key)
-    status = dict(facts.status(obj))
+    status = facts.status(obj)
     generation = facts.meta(obj).get("generation")
-    have = _conditions({"status": status}).get(reasons.LOADED) or {}
+    have = _conditions(obj).get(reasons.LOADED) or {}
     if key.kind == "vllm":
         ready = report if adapter.serve == "serve" else None
         used = [t.name for t in desire.targets_of.get(key, ())]
-        fresh = loaded.vllm_status(status, ready, used, adapter.serve, generation, UNKNOWN_TIME)
-        if sorted(status.get("usedBy") or []) != sorted(fresh.get("usedBy") or []):
-            return f"usedBy is stale (should be {fresh.get('usedBy') or []})"
+        fields = loaded.vllm_serving(ready, used, adapter.serve, bool(have))
+        if sorted(status.get("usedBy") or []) != fields.used_by:
+            return f"usedBy is stale (should be {fields.used_by})"
+        served = fields.served if fields.served is not None else status.get("served") or []
+        want = _loaded(fields.loaded, have)
     else:
-        redact, served = serving.redacted(adapter), adapter.serve == "serve"
+        redact, serves = serving.redacted(adapter), adapter.serve == "serve"
         fresh = loaded.sglang_status(
-            status, report, adapter.lora_path, generation, UNKNOWN_TIME, redact, served
+            dict(status), report, adapter.lora_path, generation, UNKNOWN_TIME, redact, serves
         )
+        served = []
+        want = _conditions({"status": fresh}).get(reasons.LOADED) or {}
     unjudged = any(p.state == "unreachable" for t in report.targets for p in t.pods)
     if only_used_by or unjudged or have.get("reason") in reasons.CONFIG_VERDICTS:
         return None
-    if key.kind == "vllm" and adapter.serve == "serve" and _served(status) != _served(fresh):
+    recorded = status.get("served") or []
+    if (
+        key.kind == "vllm"
+        and adapter.serve == "serve"
+        and recorded != served  # load writes them sorted: equal lists are the common case
+        and _served(status) != _served({"served": served})
+    ):
         return "served records differ from the pods' listings"
-    want = _conditions({"status": fresh}).get(reasons.LOADED) or {}
     if want.get("reason") == reasons.NOT_REFERENCED and have.get("reason") != reasons.NOT_REFERENCED:
         # stale, or never written: the adapter.ready delivery that would have said so was lost
         return "Loaded is stale or missing: no ModelDeployment names it"
@@ -280,6 +340,14 @@ def stale_status(
     if want.get("status") == "True" and have.get("message") != want.get("message"):
         return f"Loaded says {have.get('message')!r}, load would write {want.get('message')!r}"
     return None
+
+
+def _loaded(state: loaded.LoadedState | None, have: Mapping[str, Any]) -> Mapping[str, Any]:
+    """The Loaded condition load writes (`state` None: the one there is, untouched)."""
+    if state is None:
+        return have
+    message = state.message[: conditions.MESSAGE_MAX]
+    return {"status": state.status, "reason": state.reason, "message": message}
 
 
 def _served(status: Mapping[str, Any]) -> list[tuple[str, str]]:

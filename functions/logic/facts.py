@@ -27,19 +27,24 @@ separated; `*` for any). Without it only adapters of its own namespace are serve
 FILE_SET_PREFIX = "md5set:"
 
 
+def _mapping(value: object) -> Mapping[str, Any]:
+    # a decoded object's parts are dicts: `type(...) is dict` spares the Mapping ABC check,
+    # which a resync of 100,000 adapters made a tenth of its planning time
+    if type(value) is dict or isinstance(value, Mapping):
+        return value
+    return {}
+
+
 def meta(obj: Obj) -> Mapping[str, Any]:
-    value = obj.get("metadata")
-    return value if isinstance(value, Mapping) else {}
+    return _mapping(obj.get("metadata"))
 
 
 def spec(obj: Obj) -> Mapping[str, Any]:
-    value = obj.get("spec")
-    return value if isinstance(value, Mapping) else {}
+    return _mapping(obj.get("spec"))
 
 
 def status(obj: Obj) -> Mapping[str, Any]:
-    value = obj.get("status")
-    return value if isinstance(value, Mapping) else {}
+    return _mapping(obj.get("status"))
 
 
 def name_of(obj: Obj) -> str:
@@ -56,7 +61,7 @@ def deleting(obj: Obj) -> bool:
 
 def condition(obj: Obj, type_: str) -> Mapping[str, Any] | None:
     for item in status(obj).get("conditions") or []:
-        if isinstance(item, Mapping) and item.get("type") == type_:
+        if (type(item) is dict or isinstance(item, Mapping)) and item.get("type") == type_:
             return item
     return None
 
@@ -142,7 +147,7 @@ def vllm_adapter(obj: Obj, mount_root: str, config: ConfigVerdict | None = None)
     served = {
         str(item.get("pod")): str(item.get("fileSet"))
         for item in status(obj).get("served") or []
-        if isinstance(item, Mapping) and item.get("pod") and item.get("fileSet")
+        if (type(item) is dict or isinstance(item, Mapping)) and item.get("pod") and item.get("fileSet")
     }
     m = meta(obj)
     return Adapter(

@@ -130,6 +130,33 @@ def _wire(items: Sequence[Condition]) -> list[Obj]:
     return [c.to_wire() for c in items]
 
 
+class VllmServing(NamedTuple):
+    """The serving fields of a vllm status as load writes them (None: left as they are)."""
+
+    used_by: list[str]
+    served: list[Obj] | None
+    """status.served; [] removes it; None (hold) keeps it."""
+    loaded: LoadedState | None
+    """Loaded to set; None: leave the conditions alone."""
+
+
+def vllm_serving(
+    report: ServingReport | None, used_by: Sequence[str], serve: Serve, has_loaded: bool
+) -> VllmServing:
+    """What load writes of a vllm status, decided once for `vllm_status` and resync's judge:
+    usedBy always; while held nothing else; not Ready: no served records and Loaded=False
+    AdapterNotReady once a Loaded condition was written; else served and Loaded from the report."""
+    used = sorted(used_by)
+    if serve == "hold":
+        return VllmServing(used, None, None)  # verify is ruling: pods serve the last verified set
+    if report is None:
+        if not has_loaded:
+            return VllmServing(used, [], None)
+        return VllmServing(used, [], LoadedState("False", reasons.ADAPTER_NOT_READY, "adapter is not Ready"))
+    served = [{"pod": pod, "fileSet": fs} for pod, fs in sorted(report.served.items())]
+    return VllmServing(used, served, summarize(report))
+
+
 def vllm_status(
     current: Mapping[str, Any],
     report: ServingReport | None,
@@ -140,25 +167,20 @@ def vllm_status(
 ) -> Obj:
     """The whole desired status with the serving fields set (`report` None: not Ready, usedBy only
     and Loaded=False AdapterNotReady when a Loaded condition was written before)."""
-    status = dict(current)
-    status["usedBy"] = sorted(used_by)
-    if not status["usedBy"]:
-        status.pop("usedBy")
     items = _conditions(current)
-    if serve == "hold":
-        return status  # verify is ruling on a change: what pods serve is the last verified set
-    if report is None:
-        status.pop("served", None)
-        if conditions.find(items, reasons.LOADED) is None:
-            return status
-        state = LoadedState("False", reasons.ADAPTER_NOT_READY, "adapter is not Ready")
-    else:
-        state = summarize(report)
-        served = [{"pod": pod, "fileSet": fs} for pod, fs in sorted(report.served.items())]
-        if served:
-            status["served"] = served
+    fields = vllm_serving(report, used_by, serve, conditions.find(items, reasons.LOADED) is not None)
+    status = dict(current)
+    status["usedBy"] = fields.used_by
+    if not fields.used_by:
+        status.pop("usedBy")
+    if fields.served is not None:
+        if fields.served:
+            status["served"] = fields.served
         else:
             status.pop("served", None)
+    state = fields.loaded
+    if state is None:
+        return status
     items = conditions.set_condition(
         items, reasons.LOADED, state.status, state.reason, state.message, generation, now
     )

@@ -30,6 +30,7 @@ from __future__ import annotations
 import posixpath
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
+from functools import lru_cache
 from typing import Literal, NamedTuple
 
 from functions.logic import reasons
@@ -219,8 +220,15 @@ class ServingReport(NamedTuple):
 
 
 # -- paths ---------------------------------------------------------------------------------------------
+normal_path = lru_cache(maxsize=1 << 12)(posixpath.normpath)
+"""posixpath.normpath, remembered: a resync compares every listed root several times (each of a
+deployment's pods lists the same ones), and normalising was a third of its planning time."""
+
+
 def same_path(a: str, b: str) -> bool:
-    return bool(a) and bool(b) and posixpath.normpath(a) == posixpath.normpath(b)
+    if a == b:
+        return bool(a)
+    return bool(a) and bool(b) and normal_path(a) == normal_path(b)
 
 
 def confined(path: str, roots: Sequence[str]) -> bool:
@@ -239,12 +247,17 @@ def confined(path: str, roots: Sequence[str]) -> bool:
 def vllm_layout_owner(root: str, namespace: str, mount_root: str) -> tuple[str, str] | None:
     """(model, name) when `root` is `{mount}/loraadapters/{namespace}/{model}/{name}`: a copy
     only loraflow loads (even when its LoRAAdapter is gone); else None (a static adapter)."""
-    home = posixpath.join(posixpath.normpath(mount_root), STORAGE_ROOT.strip("/"), namespace)
-    normal = posixpath.normpath(root) if root.startswith("/") else ""
+    home = _layout_home(mount_root, namespace)
+    normal = normal_path(root) if root.startswith("/") else ""
     if not normal.startswith(home + "/"):
         return None
     parts = normal[len(home) + 1 :].split("/")
     return (parts[0], parts[1]) if len(parts) == 2 and all(parts) else None
+
+
+@lru_cache(maxsize=1 << 12)
+def _layout_home(mount_root: str, namespace: str) -> str:
+    return posixpath.join(posixpath.normpath(mount_root), STORAGE_ROOT.strip("/"), namespace)
 
 
 # -- who should serve what -----------------------------------------------------------------------------

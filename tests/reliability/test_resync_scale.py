@@ -32,7 +32,7 @@ from tests.support.testbed import Testbed
 
 VLLM_ADAPTERS, DEPLOYMENTS = 2000, 40
 SGLANG_ADAPTERS, SERVICES = 200, 4
-PAGE = 500  # functions.adapters.kube.Kube.iter's page size
+PAGE = 500  # LORAFLOW_LIST_PAGE_SIZE's default
 MODEL = "m1"
 STAMP = "2026-01-01T00:00:00Z"
 
@@ -198,6 +198,15 @@ def test_resync_nudges_exactly_the_drifted_over_thousands(world: Testbed) -> Non
     print("\nresync at scale: " + ", ".join(f"{k}={v}" for k, v in result.items()))
     assert nudges == expected, (sorted(nudges - expected)[:10], sorted(expected - nudges)[:10])
     assert v1_lists >= math.ceil(VLLM_ADAPTERS / PAGE), f"{v1_lists} list requests: not paginated"
+    # page by page and no more: one request per page of each kind (the sglang kind twice: the
+    # claimants from other namespaces are read first), whatever else the cluster holds
+    stored = {
+        kind: len(world.kube.store.list_objects(_rtype(world, kind), None)[0])  # type: ignore[arg-type]
+        for kind in (VLLM_ADAPTER, SGLANG_ADAPTER)
+    }
+    # (both kinds' plural is `loraadapters`: the counter holds the two together)
+    pages = math.ceil(stored[VLLM_ADAPTER] / PAGE) + 2 * math.ceil(stored[SGLANG_ADAPTER] / PAGE)
+    assert v1_lists <= pages + 3, (v1_lists, stored)
     # no per-object GETs; the only reads by name are of Models some adapter reported missing
     # (one per distinct missing Model, cluster-wide: earlier tests of the session leave a few)
     assert all(verb != "get" or resource == "models" for verb, resource in lists), f"GETs: {dict(lists)}"

@@ -13,6 +13,7 @@ import httpx
 import pytest
 
 from devstack.standins.engines import EngineFleet, SglangReplica, VllmReplica, reserved_addresses
+from devstack.standins.engines.base import LoadedAdapter
 
 MODEL = "llama3-8b-base"
 
@@ -483,3 +484,37 @@ def test_fixed_port_start_stop_fast(mount: Path) -> None:
                 assert c.get(f"{rs[0].url}/health").status_code == 200
         t0 = time.monotonic()
     assert time.monotonic() - t0 < 2
+
+
+def test_an_idle_replica_sleeps_until_a_connection_and_still_stops_promptly() -> None:
+    """poll_interval_s=None: the serving loop waits for a connection instead of waking 20 times
+    a second (5,000 of them in one process); stop() connects to wake it."""
+    replica = VllmReplica(host="127.0.0.1", poll_interval_s=None).start()
+    with httpx.Client(timeout=5) as http:
+        assert http.get(replica.url + "/v1/models").status_code == 200
+    started = time.monotonic()
+    replica.stop()
+    assert time.monotonic() - started < 2
+    with pytest.raises(httpx.ConnectError):
+        httpx.get(replica.url + "/v1/models", timeout=1)
+
+
+def test_the_listing_follows_every_change_of_the_adapters(vllm: VllmReplica, client: httpx.Client) -> None:
+    """The /v1/models answer is encoded once per state: a load, a direct change of the state
+    and a restart each show at once."""
+
+    def names() -> list[str]:
+        cards = client.get(vllm.url + "/v1/models").json()["data"]
+        return [c["id"] for c in cards if c.get("parent")]
+
+    assert names() == []
+    with vllm._lock:
+        vllm._adapters["a"] = LoadedAdapter("a", "/mnt/a")
+    assert names() == ["a"]
+    with vllm._lock:
+        vllm._adapters.pop("a")
+    assert names() == []
+    with vllm._lock:
+        vllm._adapters["b"] = LoadedAdapter("b", "/mnt/b")
+    vllm.restart(unhealthy_for_s=0)
+    assert names() == []

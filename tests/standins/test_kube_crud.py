@@ -5,12 +5,15 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
+
+from devstack.standins.kube.server import KubeServer
 
 GROUP, VERSION, PLURAL, NS = "rackai.rackspace.com", "v1alpha1", "loraadapters", "default"
 Factory = Callable[..., dict[str, Any]]
@@ -72,6 +75,77 @@ def test_pagination_limit_continue_and_garbage_token(
     assert caught.value.status == 410
     status = _status(caught.value)
     assert (status["kind"], status["reason"], status["code"]) == ("Status", "Expired", 410)
+
+
+def test_continued_pages_are_read_at_the_first_pages_revision(
+    kube_server: KubeServer, custom: client.CustomObjectsApi, make_adapter: Factory
+) -> None:
+    """etcd3 GetList: a continue token carries the first page's revision and the rest of the
+    list is read there, so writes between pages do not show (a consistent list): a later
+    object modified shows its old version, a deleted one is still listed, a new one is not."""
+    for index in range(5):
+        _create(custom, make_adapter(f"snap-{index}"))
+    first = custom.list_namespaced_custom_object(GROUP, VERSION, NS, PLURAL, limit=2)
+    custom.patch_namespaced_custom_object(
+        GROUP, VERSION, NS, PLURAL, "snap-3", {"metadata": {"labels": {"changed": "yes"}}}
+    )
+    custom.delete_namespaced_custom_object(GROUP, VERSION, NS, PLURAL, "snap-4")
+    _create(custom, make_adapter("snap-35"))
+    token, items = first["metadata"]["continue"], []
+    while token:
+        page = custom.list_namespaced_custom_object(GROUP, VERSION, NS, PLURAL, limit=2, _continue=token)
+        assert page["metadata"]["resourceVersion"] == first["metadata"]["resourceVersion"]
+        items += page["items"]
+        token = page["metadata"].get("continue")
+    assert [i["metadata"]["name"] for i in items] == ["snap-2", "snap-3", "snap-4"]
+    assert "labels" not in items[1]["metadata"]  # snap-3 as it was at the first page's revision
+    fresh = custom.list_namespaced_custom_object(GROUP, VERSION, NS, PLURAL)
+    assert [i["metadata"]["name"] for i in fresh["items"]] == [
+        "snap-0", "snap-1", "snap-2", "snap-3", "snap-35"
+    ]  # fmt: skip
+
+
+def test_a_filtered_page_counts_no_remaining_items_and_may_end_empty(
+    custom: client.CustomObjectsApi, make_adapter: Factory
+) -> None:
+    """With a selector the apiserver omits remainingItemCount (etcd counts keys, not matches)
+    and hands a continue token whenever keys follow the page, matching or not."""
+    for index in range(4):
+        body = make_adapter(f"sel-{index}")
+        body["metadata"]["labels"] = {"team": "a" if index < 2 else "b"}
+        _create(custom, body)
+    page = custom.list_namespaced_custom_object(GROUP, VERSION, NS, PLURAL, limit=2, label_selector="team=a")
+    assert [i["metadata"]["name"] for i in page["items"]] == ["sel-0", "sel-1"]
+    assert "remainingItemCount" not in page["metadata"]
+    rest = custom.list_namespaced_custom_object(
+        GROUP, VERSION, NS, PLURAL, limit=2, label_selector="team=a", _continue=page["metadata"]["continue"]
+    )
+    assert rest["items"] == [] and not rest["metadata"].get("continue")
+
+
+def test_a_continue_token_older_than_the_history_expires(
+    fixture_dirs: tuple[Path, Path],
+    make_client: Callable[[KubeServer, str | None], client.ApiClient],
+    make_adapter: Factory,
+) -> None:
+    """Once the revision of a token is compacted (here: pushed out of the stand-in's history
+    of 50 writes) the next page is 410 Expired, and a fresh list starts over."""
+    with KubeServer(crd_dir=fixture_dirs[0], rbac_dir=fixture_dirs[1], watch_history=50) as server:
+        custom = client.CustomObjectsApi(make_client(server, None))
+        for index in range(3):
+            _create(custom, make_adapter(f"old-{index}"))
+        first = custom.list_namespaced_custom_object(GROUP, VERSION, NS, PLURAL, limit=1)
+        for round_ in range(30):
+            labels = {"metadata": {"labels": {"round": str(round_)}}}
+            for name in ("old-0", "old-1"):
+                custom.patch_namespaced_custom_object(GROUP, VERSION, NS, PLURAL, name, labels)
+        with pytest.raises(ApiException) as caught:
+            custom.list_namespaced_custom_object(
+                GROUP, VERSION, NS, PLURAL, limit=1, _continue=first["metadata"]["continue"]
+            )
+        assert caught.value.status == 410
+        assert _status(caught.value)["reason"] == "Expired"
+        assert len(custom.list_namespaced_custom_object(GROUP, VERSION, NS, PLURAL)["items"]) == 3
 
 
 def test_not_found_and_already_exists_bodies(custom: client.CustomObjectsApi, make_adapter: Factory) -> None:

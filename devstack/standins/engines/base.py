@@ -17,13 +17,13 @@ import threading
 import time
 import urllib.parse
 from collections import OrderedDict, deque
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from email.message import Message
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from socketserver import TCPServer
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Literal
 
 import httpx
 
@@ -314,6 +314,50 @@ class LoadedAdapter:
     """MD5 of each file of the adapter directory as read at load time (empty: static)."""
 
 
+class Adapters(OrderedDict[str, LoadedAdapter]):
+    """A replica's loaded adapters, counting its changes (`version`): the /v1/models answer is
+    encoded once per state, not once per request (5,000 replicas share this process's
+    interpreter, where each would have a machine of its own). Tests that set the state
+    directly go through these methods too."""
+
+    version = 0
+
+    def _changed(self) -> None:
+        self.version += 1
+
+    def __setitem__(self, key: str, value: LoadedAdapter) -> None:
+        super().__setitem__(key, value)
+        self._changed()
+
+    def __delitem__(self, key: str) -> None:
+        super().__delitem__(key)
+        self._changed()
+
+    def pop(self, key: str, *default: Any) -> Any:
+        self._changed()
+        return super().pop(key, *default)
+
+    def popitem(self, last: bool = True) -> tuple[str, LoadedAdapter]:
+        self._changed()
+        return super().popitem(last)
+
+    def clear(self) -> None:
+        super().clear()
+        self._changed()
+
+    def move_to_end(self, key: str, last: bool = True) -> None:
+        super().move_to_end(key, last)
+        self._changed()
+
+    def update(self, *args: Any, **kwargs: Any) -> None:
+        super().update(*args, **kwargs)
+        self._changed()
+
+    def setdefault(self, key: str, default: Any = None) -> Any:
+        self._changed()
+        return super().setdefault(key, default)
+
+
 @dataclass(frozen=True)
 class LoadInterval:
     """One load call as seen by the replica (``time.monotonic()`` clock)."""
@@ -340,7 +384,10 @@ class EngineReplica:
         "unload_latency_s": float,
         "max_lora_rank": int,
     }
-    poll_interval_s: ClassVar[float] = 0.05
+    poll_interval_s: float | None = 0.05
+    """How often the serving loop looks for a stop; None: it sleeps until a connection arrives
+    (stop() then connects to wake it): 5,000 idle replicas of a benchmark, each waking 20 times
+    a second, would contend for one interpreter lock with what is measured."""
 
     def __init__(
         self,
@@ -357,6 +404,7 @@ class EngineReplica:
         max_model_len: int = 4096,
         filer_url: str | None = None,
         filer_root: str = "",
+        poll_interval_s: float | Literal["default"] | None = "default",
     ) -> None:
         self.host = host
         self.port = port
@@ -371,6 +419,8 @@ class EngineReplica:
         self.unload_latency_s = unload_latency_s
         self.max_model_len = max_model_len
         self.created = int(time.time())
+        if poll_interval_s != "default":
+            self.poll_interval_s = poll_interval_s
 
         self.faults = FaultSet()
         self.restarts = 0
@@ -382,7 +432,8 @@ class EngineReplica:
 
         self._lock = threading.Lock()
         self._name_locks: dict[str, threading.Lock] = {}
-        self._adapters: OrderedDict[str, LoadedAdapter] = OrderedDict()
+        self._adapters: Adapters = Adapters()
+        self._listing: tuple[tuple[int, int], Response] | None = None
         self._generation = 0
         self._unhealthy_until = 0.0
         self._server: _Server | None = None
@@ -413,11 +464,24 @@ class EngineReplica:
         if server is None:
             return
         self._server = self._thread = None
-        server.shutdown()
+        if self.poll_interval_s is None:
+            self._wake_and_shutdown(server)
+        else:
+            server.shutdown()
         server.server_close()
         server.close_connections()
         if thread is not None:
             thread.join(timeout=5)
+
+    def _wake_and_shutdown(self, server: _Server) -> None:
+        """shutdown() waits for a serving loop that sleeps until a connection arrives: connect
+        until it has seen the request to stop."""
+        stopping = threading.Thread(target=server.shutdown, daemon=True)
+        stopping.start()
+        while stopping.is_alive():
+            with contextlib.suppress(OSError), socket.create_connection((self.host, self.port), timeout=1):
+                pass
+            stopping.join(0.05)
 
     def __enter__(self) -> EngineReplica:
         return self.start()
@@ -450,7 +514,7 @@ class EngineReplica:
         now = time.monotonic()
         for name in getattr(self, "_adapters", {}):
             self.presence_log.append((now, name, False))
-        self._adapters = OrderedDict(
+        self._adapters = Adapters(
             (n, LoadedAdapter(n, p, static=True)) for n, p in self.static_adapters.items()
         )
 
@@ -463,6 +527,18 @@ class EngineReplica:
         """Stop serving `name` (caller holds the lock); the moment is logged."""
         if self._adapters.pop(name, None) is not None:
             self.presence_log.append((time.monotonic(), name, False))
+
+    def listing_answer(self, payload: Callable[[], dict[str, Any]]) -> Response:
+        """`GET /v1/models` encoded once per state of the adapters (see `Adapters`)."""
+        with self._lock:
+            key, cached = (id(self._adapters), self._adapters.version), self._listing
+        if cached is not None and cached[0] == key:
+            return cached[1]
+        answer = Response.json(200, payload())  # takes the lock itself to read the adapters
+        with self._lock:
+            if (id(self._adapters), self._adapters.version) == key:
+                self._listing = (key, answer)
+        return answer
 
     @property
     def healthy(self) -> bool:

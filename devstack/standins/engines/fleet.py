@@ -132,7 +132,9 @@ class EngineFleet:
             self._replicas.clear()
         if not replicas:
             return
-        with ThreadPoolExecutor(max_workers=min(32, len(replicas))) as pool:
+        # a stop waits up to one poll interval for the serving loop: wide, so that thousands
+        # of replicas stop in about one interval
+        with ThreadPoolExecutor(max_workers=min(1024, len(replicas))) as pool:
             list(pool.map(lambda r: r.stop(), replicas))
         for replica in replicas:
             release_address(replica.host)

@@ -168,7 +168,7 @@ class SglangReplica(EngineReplica):
         if name == "health":
             return Response(200)
         if name == "models":
-            return Response.json(200, self.models_payload())
+            return self.listing_answer(self.models_payload)
         if media_type(headers) != JSON:
             return self._validation_error(
                 "",

@@ -156,7 +156,7 @@ class VllmReplica(EngineReplica):
         if name == "health":
             return Response(200)
         if name == "models":
-            return Response.json(200, self.models_payload())
+            return self.listing_answer(self.models_payload)
         if media_type(headers) != JSON:  # validate_json_request
             if self.old_content_type_415:
                 return Response.json(415, {"detail": UNSUPPORTED_MEDIA})

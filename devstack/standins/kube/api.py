@@ -21,7 +21,7 @@ from devstack.standins.kube.rbac import Attributes, Authenticator, Authorizer, U
 from devstack.standins.kube.resources import Registry, ResourceType
 from devstack.standins.kube.routing import Request, Route, route, verb_of
 from devstack.standins.kube.selectors import allowed_fields, field_selector, label_selector
-from devstack.standins.kube.store import Store, WriteOptions, clone
+from devstack.standins.kube.store import Compacted, Store, WriteOptions, clone
 from devstack.standins.kube.tables import TABLE_MEDIA, table, wants_table
 from devstack.standins.kube.watch import WatchSpec, WatchStream
 
@@ -49,39 +49,55 @@ class Response:
     content_type: str = "application/json"
     headers: dict[str, str] = field(default_factory=dict)
     stream: WatchStream | None = None
+    raw: bytes | None = None
+    """The body already encoded (a list of cached object encodings); `body` is then None."""
 
 
 @dataclass
 class Counters:
-    """Request counters for benchmarks: total and by (verb, resource)."""
+    """Request counters for benchmarks: total and by (verb, resource), and the CPU seconds spent
+    answering them (the handling thread's, request read to answer written)."""
 
     total: int = 0
     by_key: Counter[tuple[str, str]] = field(default_factory=Counter)
+    seconds: dict[tuple[str, str], float] = field(default_factory=dict)
     lock: threading.Lock = field(default_factory=threading.Lock)
+    current: threading.local = field(default_factory=threading.local)
 
     def add(self, verb: str, resource: str) -> None:
+        self.current.key = (verb, resource)
         with self.lock:
             self.total += 1
             self.by_key[(verb, resource)] += 1
+
+    def spent(self, seconds: float) -> None:
+        """Charge this thread's last counted request with `seconds`."""
+        key = getattr(self.current, "key", None)
+        if key is not None:
+            with self.lock:
+                self.seconds[key] = self.seconds.get(key, 0.0) + seconds
 
     def reset(self) -> None:
         with self.lock:
             self.total = 0
             self.by_key.clear()
+            self.seconds.clear()
 
 
 def _encode_continue(rv: int, last: tuple[str, str]) -> str:
+    """apiserver storage.EncodeContinue: the revision of the first page and the key to start
+    after (`<namespace>/<name>` + NUL, relative to the resource's prefix), base64url JSON."""
     raw = json.dumps({"v": "meta.k8s.io/v1", "rv": rv, "start": f"{last[0]}/{last[1]}\x00"})
     return base64.urlsafe_b64encode(raw.encode()).decode()
 
 
-def _decode_continue(token: str) -> tuple[str, str]:
-    """A garbled continue token -> 410 Expired (ResourceExpired), as for a compacted one."""
+def _decode_continue(token: str) -> tuple[int, tuple[str, str]]:
+    """(revision, key after which to start); a garbled token -> 410 Expired (ResourceExpired),
+    as for a compacted one."""
     try:
         data = json.loads(base64.urlsafe_b64decode(token.encode()))
         namespace, name = data["start"].rstrip("\x00").split("/", 1)
-        int(data["rv"])
-        return namespace, name
+        return int(data["rv"]), (namespace, name)
     except (ValueError, KeyError, TypeError, binascii.Error, AttributeError) as exc:
         raise errors.expired(EXPIRED_MESSAGE) from exc
 
@@ -273,27 +289,31 @@ class Api:
         return lambda obj: labels(obj) and fields(obj)
 
     def _list(self, request: Request, rtype: ResourceType, target: Route) -> Response:
-        """List with selectors and limit/continue pagination (keys after the token's start)."""
+        """List with selectors and limit/continue pagination, as the apiserver serves it from
+        etcd: a continue token's page is read at the first page's revision (a consistent
+        list), 410 Expired once that revision left the history; `remainingItemCount` only
+        when no selector filters the list (the count of keys would overstate the matches)."""
         predicate = self._predicate(request, rtype)
-        items, rv = self.store.list_objects(rtype, target.namespace or None)
         token = request.query.get("continue")
-        if token:
-            start = _decode_continue(token)
-            items = [o for o in items if (o["metadata"].get("namespace", ""), o["metadata"]["name"]) > start]
-        items = [o for o in items if predicate(o)]
-        meta: JSON = {"resourceVersion": str(rv)}
+        rv, after = _decode_continue(token) if token else (None, None)
         limit = int(request.query.get("limit") or 0)
-        if 0 < limit < len(items):
-            last = items[limit - 1]["metadata"]
-            meta["continue"] = _encode_continue(rv, (last.get("namespace", ""), last["name"]))
-            meta["remainingItemCount"] = len(items) - limit
-            items = items[:limit]
+        try:
+            page = self.store.list_page(rtype, target.namespace or None, after, rv, max(limit, 0), predicate)
+        except Compacted as exc:
+            raise errors.expired(EXPIRED_MESSAGE) from exc
+        meta: JSON = {"resourceVersion": str(page.rv)}
+        if page.last is not None:
+            meta["continue"] = _encode_continue(page.rv, page.last)
+            if not (request.query.get("labelSelector") or request.query.get("fieldSelector")):
+                meta["remainingItemCount"] = page.remaining
+        items = page.items
         if wants_table(request.headers.get("accept")):
             body = table(rtype, items, meta, request.query.get("includeObject", "Metadata"))
             return Response(200, body, TABLE_MEDIA)
-        return Response(
-            200, {"apiVersion": rtype.api_version, "kind": rtype.list_kind, "metadata": meta, "items": items}
-        )
+        head = {"apiVersion": rtype.api_version, "kind": rtype.list_kind, "metadata": meta}
+        raw = json.dumps(head, separators=(",", ":")).encode()[:-1] + b',"items":['
+        raw += b",".join(self.store.encoded(rtype, obj) for obj in items) + b"]}"
+        return Response(200, raw=raw)
 
     def _watch(self, request: Request, rtype: ResourceType, target: Route) -> Response:
         """GET ?watch=true: a chunked stream of watch events (Tables when asked for)."""

@@ -168,6 +168,12 @@ class KubeServer:
         """Requests by (verb, resource), e.g. ("patch", "loraadapters/status")."""
         return self._counters.by_key
 
+    @property
+    def request_seconds(self) -> dict[tuple[str, str], float]:
+        """CPU seconds spent answering requests by (verb, resource): a page's cost is
+        `request_seconds[("list", plural)] / requests[("list", plural)]`."""
+        return self._counters.seconds
+
     def reset_counters(self) -> None:
         self._counters.reset()
 
