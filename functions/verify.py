@@ -144,7 +144,9 @@ def handle(event: CloudEvent, deps: Deps) -> CloudEvent | None:
             hashed[path] = hashes[key]
         return decide(adapter, hashed, now).to_wire()
 
-    written = kube.write_status(VLLM_ADAPTER, namespace, name, desired)
+    # from the object just read: its resourceVersion guards the write (a 409 re-reads), so a
+    # second GET of the whole object (its status lists up to 1,000 files) buys nothing
+    written = kube.write_status(VLLM_ADAPTER, namespace, name, desired, current=obj)
     if written is None or not written.changed:
         return None
     before = verdict_of(seen["before"].get("status"))
