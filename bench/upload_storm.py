@@ -35,7 +35,7 @@ from typing import Any
 import httpx
 
 from bench import world as w
-from bench.common import Result, median_of, percentile
+from bench.common import Result, percentile
 from bench.upload_latency import NS, Probe, _create_adapter, _deployment, _files, _md5s, _ready_pods
 from devstack.eventing.broker import Faults
 from devstack.seaweedfs import shared
@@ -109,6 +109,9 @@ def _storm(stack: Stack, probe: Probe, names: list[str], timeout: float) -> dict
         "p50_s": round(percentile(latencies, 50), 2),
         "p99_s": round(percentile(latencies, 99), 2),
         "max_s": round(max(latencies, default=float("nan")), 2),
+        "slowest": {
+            n: round(done[n] - written[n], 2) for n in sorted(done, key=lambda n: written[n] - done[n])[:5]
+        },
         "broker": {k: after[k] - before.get(k, 0) for k in after},
         "dead_letters": len(stack.sink.events),
     }
@@ -194,7 +197,9 @@ def measure(adapters: int, replicas: int) -> Result:
     reference_names = [f"ref{i:04d}" for i in range(adapters)]
     with Stack(ping_period=None, function_processes=True, seaweed=shared(), filer_proxy=False) as stack:
         _deployment(stack, replicas, names + reference_names)
-        eventually(lambda: _ready_pods(stack, deployment) == replicas, 60, what="replicas Ready", interval=0.05)
+        eventually(
+            lambda: _ready_pods(stack, deployment) == replicas, 60, what="replicas Ready", interval=0.05
+        )
         stack.settle(timeout=30, quiet=0.3)
         setup_started = time.perf_counter()
         _create_all(stack, names)
@@ -211,7 +216,9 @@ def measure(adapters: int, replicas: int) -> Result:
             stack.settle(timeout=10, quiet=0.2)
     makespan = storm["makespan_s"]
     broker = storm["broker"]
-    clean = broker.get("dead_lettered", 0) == 0 and broker.get("failed", 0) == 0 and storm["dead_letters"] == 0
+    clean = (
+        broker.get("dead_lettered", 0) == 0 and broker.get("failed", 0) == 0 and storm["dead_letters"] == 0
+    )
     met = storm["done"] == adapters and makespan <= 60 and clean
     ratio = makespan / reference if reference else None
     return Result(

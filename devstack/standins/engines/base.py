@@ -183,11 +183,12 @@ class FilerReader:
     ) -> tuple[int, bytes]:
         """GET `path` (already quoted): the status, and the body (a 2xx body streams to `sink`
         in 1 MiB chunks when given: weights are never held whole); a stale pooled connection
-        (closed by the filer while idle) is retried once on a fresh one."""
+        (closed by the filer while idle) is retried once on a new one."""
         headers = {"Accept": accept} if accept else {}
         for attempt in (0, 1):
             with self._lock:
-                conn = self._idle.pop() if self._idle else None
+                # a retry never takes another pooled connection: idle ones went stale together
+                conn = self._idle.pop() if self._idle and not attempt else None
             fresh = conn is None
             if conn is None:
                 conn = http.client.HTTPConnection(self._host, self._port, timeout=self._timeout)
