@@ -219,6 +219,9 @@ def test_function_service(service: Obj) -> None:
     c = container(service)
     assert c["image"] == "ghcr.io/loraflow/functions:0.1.0"
     assert c["readinessProbe"]["httpGet"]["path"] == "/healthz"
+    # queue-proxy probes aggressively (every 50 ms) only while periodSeconds is 0: with a period,
+    # a scale from zero waits for it (knative/serving pkg/queue/readiness/probe.go IsAggressive)
+    assert c["readinessProbe"].get("periodSeconds", 0) == 0
     assert c["livenessProbe"]["httpGet"]["path"] == "/healthz"
     assert c["envFrom"] == [{"configMapRef": {"name": "loraflow-config"}}]
     assert {"requests", "limits"} <= set(c["resources"])
