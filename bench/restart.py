@@ -61,13 +61,13 @@ def _measure(adapters: int, latency: float, repeats: int) -> dict[str, Any]:
                 eventually(lambda: replica.healthy, 5, what="engine healthy", interval=0.002)
                 paths = [(n, w.engine_path(world, ns, n)) for n in names]
                 with ThreadPoolExecutor(concurrency) as pool:
-                    reference.append(
-                        timed(
-                            lambda ps=paths: list(
-                                pool.map(lambda a: w.direct_load(http, replica.url, *a), ps)
-                            )
-                        )
-                    )
+
+                    def load_all(
+                        pool: ThreadPoolExecutor = pool, paths: list[tuple[str, str]] = paths
+                    ) -> None:
+                        list(pool.map(lambda a: w.direct_load(http, replica.url, *a), paths))
+
+                    reference.append(timed(load_all))
     return {
         "median_s": median_of(samples),
         "p90_s": percentile(samples, 90),
