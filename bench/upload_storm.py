@@ -32,6 +32,7 @@ import contextlib
 import json
 import threading
 import time
+from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -78,6 +79,7 @@ def _storm(stack: Stack, probe: Probe, names: list[str], timeout: float) -> dict
 
     done: dict[str, float] = {}
     before = dict(vars(stack.broker.counters))
+    since = max((e["seq"] for e in stack.broker.log.since(0)), default=0)
     started = time.perf_counter()
     with ThreadPoolExecutor(UPLOADERS) as pool:
         uploads = [pool.submit(upload, n) for n in names]
@@ -100,6 +102,12 @@ def _storm(stack: Stack, probe: Probe, names: list[str], timeout: float) -> dict
     uploaded = max(written.values()) - started
     stack.settle(timeout=60, quiet=0.5)
     after = dict(vars(stack.broker.counters))
+    # what was retried, by trigger and answer (the log keeps its last 20,000 entries)
+    retries = Counter(
+        f"{e.get('trigger')} {e.get('status') or e.get('error', '')[:40]}"
+        for e in stack.broker.log.since(since)
+        if e["outcome"] == "retrying"
+    )
     latencies = [done[n] - written[n] for n in done]
     return {
         "adapters": len(names),
@@ -115,6 +123,7 @@ def _storm(stack: Stack, probe: Probe, names: list[str], timeout: float) -> dict
         },
         "broker": {k: after[k] - before.get(k, 0) for k in after},
         "dead_letters": len(stack.sink.events),
+        "retries_by_trigger_and_answer": dict(retries.most_common(10)),
     }
 
 
