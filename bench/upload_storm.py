@@ -110,6 +110,20 @@ def _storm(stack: Stack, probe: Probe, names: list[str], timeout: float) -> dict
         if e["outcome"] == "retrying"
     )
     latencies = [done[n] - written[n] for n in done]
+    # what an adapter never done looks like: its conditions, the engines lacking it, and what
+    # the broker did with its events (the first steps to find where it was lost)
+    stuck = {
+        name: {
+            "conditions": probe.conditions(name),
+            "missing_in": sum(name not in r.loaded for r in probe.replicas),
+            "events": Counter(
+                " ".join(str(e.get(k) or "") for k in ("type", "trigger", "outcome", "status"))
+                for e in stack.broker.log.since(since)
+                if f"/{name}/" in f"{e.get('subject') or ''}/"
+            ),
+        }
+        for name in sorted(set(names) - set(done))[:5]
+    }
     return {
         "adapters": len(names),
         "done": len(done),
@@ -125,6 +139,7 @@ def _storm(stack: Stack, probe: Probe, names: list[str], timeout: float) -> dict
         "broker": {k: after[k] - before.get(k, 0) for k in after},
         "dead_letters": len(stack.sink.events),
         "retries_by_trigger_and_answer": dict(retries.most_common(10)),
+        "not_done_detail": stuck,
     }
 
 
