@@ -95,32 +95,34 @@ def _nudge(step: str, name: str) -> CloudEvent:
     return CloudEvent(attributes, data)
 
 
-def _deliveries(stack: Stack, ids: set[str], since: int) -> list[dict[str, Any]]:
-    return [
-        e
-        for e in stack.broker.log.since(since)
-        if e["id"] in ids and e["outcome"] in ("delivered", "dead-lettered", "failed")
-    ]
+class _Tracker:
+    """Follows the broker's log from a cursor: each poll reads only the entries added since the
+    last (this process shares its interpreter with the broker and the stand-ins, so the
+    measuring must not cost them a scan of the whole log every few milliseconds)."""
+
+    FINAL = ("delivered", "dead-lettered", "failed")
+
+    def __init__(self, stack: Stack, ids: set[str]) -> None:
+        self.stack = stack
+        self.ids = ids
+        self.done: dict[str, dict[str, Any]] = {}
+        self._seq = stack.broker.log.last_seq()
+
+    def poll(self) -> int:
+        for entry in self.stack.broker.log.since(self._seq):
+            self._seq = entry["seq"]
+            if entry["id"] in self.ids and entry["outcome"] in self.FINAL:
+                self.done.setdefault(entry["id"], entry)
+        return len(self.done)
+
+    def wait(self, timeout: float = 120) -> list[dict[str, Any]]:
+        eventually(lambda: self.poll() >= len(self.ids), timeout, what="deliveries", interval=0.01)
+        return list(self.done.values())
 
 
-def _last_seq(stack: Stack) -> int:
-    entries = stack.broker.log.since(0)
-    return entries[-1]["seq"] if entries else 0
-
-
-def _burst(stack: Stack, step: str, adapters: list[str], count: int) -> dict[str, Any]:
-    events = [_nudge(step, adapters[i % len(adapters)]) for i in range(count)]
-    ids = {e["id"] for e in events}
-    since = _last_seq(stack)
-    started = time.perf_counter()
-    for event in events:
-        stack.broker.publish(event)
-    eventually(lambda: len(_deliveries(stack, ids, since)) >= count, 120, what="deliveries", interval=0.005)
-    elapsed = time.perf_counter() - started
-    done = _deliveries(stack, ids, since)
+def _summary(done: list[dict[str, Any]], count: int, elapsed: float) -> dict[str, Any]:
     latencies = [float(e["duration_ms"]) for e in done]
     ok = sum(1 for e in done if e["outcome"] == "delivered" and 200 <= int(e.get("status") or 0) < 300)
-    stack.settle(timeout=30, quiet=0.3)
     return {
         "events": count,
         "ok": ok,
@@ -135,15 +137,46 @@ def _burst(stack: Stack, step: str, adapters: list[str], count: int) -> dict[str
     }
 
 
+def _burst(stack: Stack, step: str, adapters: list[str], count: int) -> dict[str, Any]:
+    events = [_nudge(step, adapters[i % len(adapters)]) for i in range(count)]
+    tracker = _Tracker(stack, {e["id"] for e in events})
+    started = time.perf_counter()
+    for event in events:
+        stack.broker.publish(event)
+    done = tracker.wait()
+    elapsed = time.perf_counter() - started
+    stack.settle(timeout=30, quiet=0.3)
+    return _summary(done, count, elapsed)
+
+
+def _paced(stack: Stack, step: str, adapters: list[str], count: int, rate: float) -> dict[str, Any]:
+    """`count` nudges published at `rate` per second (each at its own instant on a fixed
+    schedule, so a late one does not push the rest back); latency is publish -> delivery done."""
+    events = [_nudge(step, adapters[i % len(adapters)]) for i in range(count)]
+    tracker = _Tracker(stack, {e["id"] for e in events})
+    started = time.perf_counter()
+    for index, event in enumerate(events):
+        delay = started + index / rate - time.perf_counter()
+        if delay > 0:
+            time.sleep(delay)
+        stack.broker.publish(event)
+        tracker.poll()
+    done = tracker.wait()
+    elapsed = time.perf_counter() - started
+    stack.settle(timeout=30, quiet=0.3)
+    summary = _summary(done, count, elapsed)
+    summary["offered_per_s"] = rate
+    return summary
+
+
 def _one_at_a_time(stack: Stack, step: str, adapters: list[str], count: int) -> dict[str, float]:
     latencies: list[float] = []
     for i in range(count):
         event = _nudge(step, adapters[i % len(adapters)])
-        since = _last_seq(stack)
+        tracker = _Tracker(stack, {event["id"]})
         stack.broker.publish(event)
-        delivered = lambda e=event, s=since: bool(_deliveries(stack, {e["id"]}, s))  # noqa: E731
-        eventually(delivered, 30, what="delivered", interval=0.001)
-        latencies.append(float(_deliveries(stack, {event["id"]}, since)[0]["duration_ms"]))
+        eventually(tracker.poll, 30, what="delivered", interval=0.001)
+        latencies.append(float(tracker.done[event["id"]]["duration_ms"]))
     return {
         "p50": round(median_of(latencies), 1),
         "p90": round(percentile(latencies, 90), 1),
