@@ -68,7 +68,7 @@ bench: $(STAMP) $(RUNTIME_STAMP) ## Run the benchmark suite, write bench/results
 	$(PY) -m bench --update-readme
 
 soak: $(STAMP) ## Longer chaos soak (10 minutes)
-	LORAFLOW_SOAK_SECONDS=600 $(PY) -m pytest tests/reliability -k soak -s
+	LORAFLOW_SOAK_SECONDS=600 $(PY) -m pytest tests/reliability -k soak -s --timeout 1200
 
 reliability: $(STAMP) ## Reliability suite; records its figures in tests/reliability/results.json
 	LORAFLOW_RECORD_RESULTS=1 $(PY) -m pytest tests/reliability

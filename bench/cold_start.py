@@ -34,6 +34,7 @@ from cloudevents.http import CloudEvent
 
 from bench import world as w
 from bench.common import Result, median_of, timed
+from devstack.functions_host import free_port
 from events import catalog
 from events.domain import ADAPTER_ADMITTED, ADAPTER_READY, ADAPTER_STAT_COMPLETED
 from events.external import AWS_SQS, PING
@@ -90,12 +91,12 @@ def sqs_notification() -> CloudEvent:
     """The catalog's sample aws-sqs event: SeaweedFS's protobuf EventNotification, which ingest
     decodes and answers with a file.changed event."""
     sample = catalog.sample(catalog.BY_TYPE[AWS_SQS])
-    attributes = {k: v for k, v in sample.items() if k != "data_base64"}
+    attributes = {k: str(v) for k, v in sample.items() if k != "data_base64"}
     return CloudEvent(attributes, base64.b64decode(str(sample["data_base64"])))
 
 
 def _cold(http: httpx.Client, python: str, target: str, source: Any, event: CloudEvent) -> tuple[float, int]:
-    port = w.free_port()
+    port = free_port()
     statuses: list[int] = []
     processes: list[Any] = []
 

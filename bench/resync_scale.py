@@ -28,15 +28,19 @@ import subprocess
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
+from functools import partial
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any, Literal, NamedTuple
 from urllib.parse import urlsplit
 
 import httpx
+from cloudevents.http import CloudEvent
 
 from bench import world as w
 from bench.common import Result, median_of, timed
+from devstack.functions_host import free_port
 from devstack.standins.engines.base import LoadedAdapter
+from devstack.standins.kube.resources import ResourceType
 from devstack.standins.kube.store import WriteOptions
 from devstack.workload import pod_body, pod_status
 from events.external import PING
@@ -87,19 +91,35 @@ def _cond(type_: str, reason: str, message: str = "ok", status: str = "True") ->
     }
 
 
-def _rtype(world: w.World, kind: Kind) -> Any:
-    found = world.kube.registry.lookup(kind.group, kind.version, kind.plural)
+def _rtype(world: w.World, group: str, version: str, plural: str) -> ResourceType:
+    found = world.kube.registry.lookup(group, version, plural)
     assert found is not None
     return found
+
+
+def _kind_type(world: w.World, kind: Kind) -> ResourceType:
+    return _rtype(world, kind.group, kind.version, kind.plural)
+
+
+def _naming(names: list[str], deployment: dict[str, Any]) -> dict[str, Any]:
+    """The ModelDeployment as a user's edit leaves it: it names `names`."""
+    return {**deployment, "spec": {**deployment["spec"], "loraAdapters": names}}
+
+
+def _answer_into(out: list[httpx.Response], http: httpx.Client, url: str, event: CloudEvent) -> None:
+    out.append(w.first_answer(http, url, event, 600))
 
 
 class Cluster:
     """The targets and pods (built once) and the adapters of the size being measured."""
 
+    def _type(self, kind: Kind) -> ResourceType:
+        return _kind_type(self.world, kind)
+
     def __init__(self, world: w.World, shape: Shape) -> None:
         self.world, self.shape = world, shape
         store = world.kube.store
-        namespaces = world.kube.registry.lookup("", "v1", "namespaces")
+        namespaces = _rtype(world, "", "v1", "namespaces")
         self.namespaces = [f"tenant-{n:03d}" for n in range(shape.namespaces)]
         for ns in self.namespaces:
             store.create(namespaces, "", {"metadata": {"name": ns}}, WriteOptions())
@@ -113,7 +133,7 @@ class Cluster:
                 }
                 for s in range(shape.services)
             ]
-            store.seed(_rtype(world, INFERENCE_SERVICE), ns, isvcs)
+            store.seed(_kind_type(world, INFERENCE_SERVICE), ns, isvcs)
             for s in range(shape.services):
                 self.isvc_pods[(ns, f"svc{s}")] = self._pods(
                     INFERENCE_SERVICE, ns, f"svc{s}", shape.isvc_replicas
@@ -122,8 +142,8 @@ class Cluster:
 
     def _pods(self, kind: Kind, ns: str, target: str, replicas: int) -> list[str]:
         store, fleet = self.world.kube.store, self.world.workload.fleet
-        body = store.get(_rtype(self.world, kind), ns, target)
-        runtime = "sglang" if kind is INFERENCE_SERVICE else "vllm"
+        body = store.get(self._type(kind), ns, target)
+        runtime: Literal["vllm", "sglang"] = "sglang" if kind is INFERENCE_SERVICE else "vllm"
         names, pods = [], []
         for r in range(replicas):
             name = f"{target}-{r}"
@@ -133,7 +153,7 @@ class Cluster:
             )  # fmt: skip
             pods.append({**pod_body(kind, body, name, replica), "status": pod_status(replica, True, 0)})
             names.append(name)
-        store.seed(_rtype(self.world, POD), ns, pods)
+        store.seed(self._type(POD), ns, pods)
         return names
 
     def grow(self, size: Size) -> tuple[set[tuple[str, str, str]], int, int]:
@@ -153,15 +173,15 @@ class Cluster:
                 for md, names in deployments:
                     spec = {"model": w.MODEL, "replicas": shape.md_replicas, "loraAdapters": names}
                     store.seed(
-                        _rtype(self.world, MODEL_DEPLOYMENT), ns, [{"metadata": {"name": md}, "spec": spec}]
+                        self._type(MODEL_DEPLOYMENT),
+                        ns,
+                        [{"metadata": {"name": md}, "spec": spec}],
                     )
                     self.md_pods[(ns, md)] = self._pods(MODEL_DEPLOYMENT, ns, md, shape.md_replicas)
             else:
                 for md, names in deployments:
                     store.mutate(
-                        _rtype(self.world, MODEL_DEPLOYMENT), ns, md,
-                        lambda obj, n=names: {**obj, "spec": {**obj["spec"], "loraAdapters": n}},
-                        "", WriteOptions(),
+                        self._type(MODEL_DEPLOYMENT), ns, md, partial(_naming, names), "", WriteOptions()
                     )  # fmt: skip
             adapters = []
             for md, names in deployments:
@@ -183,7 +203,9 @@ class Cluster:
                             ns, pod, name, f"{self.world.mount_root}/loraadapters/{ns}/{w.MODEL}/{name}"
                         )
             store.seed(
-                _rtype(self.world, VLLM_ADAPTER), ns, sorted(adapters, key=lambda a: a["metadata"]["name"])
+                self._type(VLLM_ADAPTER),
+                ns,
+                sorted(adapters, key=lambda a: a["metadata"]["name"]),
             )
             if n % 10 == 0:  # an orphan: loaded from our layout, its LoRAAdapter gone
                 pod = self.md_pods[(ns, "d0")][0]
@@ -207,7 +229,9 @@ class Cluster:
                     for pod in pods[1:] if missing else pods:
                         self._engine_has(ns, pod, lora, path)
             store.seed(
-                _rtype(self.world, SGLANG_ADAPTER), ns, sorted(claims, key=lambda a: a["metadata"]["name"])
+                self._type(SGLANG_ADAPTER),
+                ns,
+                sorted(claims, key=lambda a: a["metadata"]["name"]),
             )
         self.size = size
         return drifted, v1, v2
@@ -331,7 +355,7 @@ def _cpu_s(pids: list[int]) -> float:
 
 
 def _measure(world: w.World, drifted: set[tuple[str, str, str]], repeats: int) -> dict[str, Any]:
-    port = w.free_port()
+    port = free_port()
     process = w.spawn("resync", w.ROOT / "main.py", port)
     url = f"http://127.0.0.1:{port}/"
     http = httpx.Client(timeout=600)
@@ -350,7 +374,7 @@ def _measure(world: w.World, drifted: set[tuple[str, str, str]], repeats: int) -
             responses: list[httpx.Response] = []
             workers = [process.pid, *w.descendants(process.pid)]
             cpu, mine = _cpu_s(workers), os.times()
-            samples.append(timed(lambda e=ping, out=responses: out.append(w.first_answer(http, url, e, 600))))
+            samples.append(timed(partial(_answer_into, responses, http, url, ping)))
             resync_cpu.append(_cpu_s(workers) - cpu)
             after = os.times()
             stand_in_cpu.append(after.user + after.system - mine.user - mine.system)

@@ -324,14 +324,16 @@ class Kube:
         }
         if event_type == "Warning":
             WARNING_EVENTS.labels(component, reason).inc()  # counted even if the write fails
+        # Named on the line: a pod's reload records Events for many adapters in one request.
+        about = {"adapter": f"{namespace}/{meta.get('name')}", "reason": reason}
         try:
             KUBE_REQUESTS.labels("create", "events").inc()
             self._api.request("POST", f"/api/v1/namespaces/{quote(namespace, safe='')}/events", body=body)
         except ApiError as err:
             if err.status != 409:  # 409: recorded already in this window
-                log.warning("Could not record Event", extra={"reason": reason, "error": str(err)})
+                log.warning("Could not record Event", extra={**about, "error": str(err)})
         except httpx.HTTPError as err:
-            log.warning("Could not record Event", extra={"reason": reason, "error": str(err)})
+            log.warning("Could not record Event", extra={**about, "error": str(err)})
 
     # -- plumbing ----------------------------------------------------------------------------
     def _call(self, verb: str, kind: Kind, request: Callable[[], Any]) -> Any:

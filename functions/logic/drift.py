@@ -313,6 +313,7 @@ def stale_status(
             return f"usedBy is stale (should be {fields.used_by})"
         served = fields.served if fields.served is not None else status.get("served") or []
         want = _loaded(fields.loaded, have)
+        missing_load_time = False  # vLLM's status has no load time
     else:
         redact, serves = serving.redacted(adapter), adapter.serve == "serve"
         fresh = loaded.sglang_status(
@@ -320,9 +321,12 @@ def stale_status(
         )
         served = []
         want = _conditions({"status": fresh}).get(reasons.LOADED) or {}
+        missing_load_time = bool(fresh.get("lastLoadedAt")) and not status.get("lastLoadedAt")
     unjudged = any(p.state == "unreachable" for t in report.targets for p in t.pods)
     if only_used_by or unjudged or have.get("reason") in reasons.CONFIG_VERDICTS:
         return None
+    if missing_load_time:
+        return "lastLoadedAt is missing though a pod serves it"
     recorded = status.get("served") or []
     if (
         key.kind == "vllm"

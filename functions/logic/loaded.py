@@ -198,7 +198,9 @@ def sglang_status(
     served: bool = True,
 ) -> Obj:
     """Loaded, Error, loadedPath (once every pod that has it serves `path`) and lastLoadedAt (a
-    load call succeeded). Not Available (`served` False): Loaded says why; Error is admit's."""
+    load call succeeded; or a pod serves it and none is recorded: the status write after its
+    load was lost, and a redelivery finds it loaded). Not Available (`served` False): Loaded
+    says why; Error is admit's."""
     state = summarize(report, redact)
     before = _conditions(current)
     if not served and conditions.find(before, reasons.LOADED) is None:
@@ -216,9 +218,10 @@ def sglang_status(
     status = dict(current)
     status["conditions"] = _wire(items)
     pods = [p for t in report.targets for p in t.pods]
-    if any(p.state == "serving" for p in pods) and not any(p.state == "stale" for p in pods):
+    serving = any(p.state == "serving" for p in pods)
+    if serving and not any(p.state == "stale" for p in pods):
         status["loadedPath"] = path
-    if report.loaded_now:
+    if report.loaded_now or (serving and not current.get("lastLoadedAt")):
         status["lastLoadedAt"] = conditions.timestamp(now)
     return status
 

@@ -247,3 +247,20 @@ def test_a_changed_spec_path_replaces_the_old_copy(tenants: Cluster) -> None:
         assert engine.loaded == {"support": "/models/b/support-v2"}
         assert engine.calls[-2:] == [("unload", "support"), ("load", "support")]  # SGLang: no in-place
     assert tenants.status(SGLANG_ADAPTER, "team-b", "support")["loadedPath"] == "/models/b/support-v2"
+
+
+def test_a_load_whose_status_write_was_lost_still_records_its_load_time(tenants: Cluster) -> None:
+    """The loads succeed, then the status PATCH fails (a 500): the redelivery finds the adapter
+    loaded everywhere (SGLang answers "already loaded"), and must still record lastLoadedAt."""
+    before = tenants.kube.get(SGLANG_ADAPTER, "team-b", "support")
+    assert before is not None and "lastLoadedAt" not in (before.get("status") or {})
+    ready_event = adapter_event(ADAPTER_READY, SGLANG_ADAPTER, "team-b", "support")
+    tenants.run(load, ready_event)
+    tenants.kube.put(before)  # the lost write: the status is as it was
+    tenants.run(load, ready_event)
+    assert [e.loaded for e in tenants.engines.pods.values()] == [{"support": "/models/b/support"}] * 2
+    status = tenants.status(SGLANG_ADAPTER, "team-b", "support")
+    assert status["lastLoadedAt"] == "2026-06-01T00:00:00Z" and status["loadedPath"] == "/models/b/support"
+    # a later redelivery keeps the time recorded
+    tenants.run(load, ready_event)
+    assert tenants.status(SGLANG_ADAPTER, "team-b", "support")["lastLoadedAt"] == "2026-06-01T00:00:00Z"

@@ -26,6 +26,7 @@ import pytest
 import yaml
 
 from events.catalog import CATALOG
+from functions.settings import Settings
 from tests.support.manifests import (
     K8S_VERSION,
     ROOT_FIELDS,
@@ -218,6 +219,9 @@ def test_function_service(service: Obj) -> None:
     c = container(service)
     assert c["image"] == "ghcr.io/loraflow/functions:0.1.0"
     assert c["readinessProbe"]["httpGet"]["path"] == "/healthz"
+    # queue-proxy probes aggressively (every 50 ms) only while periodSeconds is 0: with a period,
+    # a scale from zero waits for it (knative/serving pkg/queue/readiness/probe.go IsAggressive)
+    assert c["readinessProbe"].get("periodSeconds", 0) == 0
     assert c["livenessProbe"]["httpGet"]["path"] == "/healthz"
     assert c["envFrom"] == [{"configMapRef": {"name": "loraflow-config"}}]
     assert {"requests", "limits"} <= set(c["resources"])
@@ -233,6 +237,15 @@ def test_the_dead_letter_sink_is_our_function() -> None:
 def test_config_map_covers_settings_with_defaults() -> None:
     (config,) = of_kind("ConfigMap")
     assert all(key.startswith("LORAFLOW_") for key in config["data"])
+    # Each key is a setting and says its default (the map is where an operator tunes them),
+    # except the schema base URL, which a cluster points at its own ingest Service.
+    defaults, configured = Settings(), Settings.from_env(config["data"])
+    named = {key.removeprefix("LORAFLOW_").lower() for key in config["data"]}
+    assert named <= set(Settings.model_fields)
+    assert {n for n in named if getattr(configured, n) != getattr(defaults, n)} <= {"schema_base_url"}
+    tuning = {"filer_page_size", "status_max_files", "load_concurrency", "list_page_size", "engine_timeout",
+              "hash_max_bytes", "publish_budget", "vllm_replace"}  # fmt: skip
+    assert tuning <= named
     assert "LORAFLOW_WEBHOOK_TOKEN" not in config["data"], "the token belongs in a Secret"
     ingest = next(s for s in FUNCTION_SERVICES if s["metadata"]["name"] == "loraflow-ingest")
     token = env_of(ingest)["LORAFLOW_WEBHOOK_TOKEN"]["secretKeyRef"]

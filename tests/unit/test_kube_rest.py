@@ -152,7 +152,7 @@ def test_write_finalizers_patches_metadata() -> None:
     }
 
 
-def test_record_event_posts_and_never_raises() -> None:
+def test_record_event_posts_and_never_raises(caplog: pytest.LogCaptureFixture) -> None:
     seen: list[httpx.Request] = []
     obj = {"apiVersion": "rack.ai/v1alpha1", "kind": "LoRAAdapter", **adapter()}
     now = datetime(2026, 1, 1, tzinfo=UTC)
@@ -166,6 +166,8 @@ def test_record_event_posts_and_never_raises() -> None:
         raise httpx.ConnectError("down")
 
     kube(down).record_event(obj, "Warning", "Why", "msg", "load", now)
+    failed = [r for r in caplog.records if r.getMessage() == "Could not record Event"]
+    assert [getattr(r, "adapter", None) for r in failed] == ["ns/a", "ns/a"]  # 403, connection refused
 
 
 def test_an_object_too_large_for_etcd_is_refused_not_retried() -> None:

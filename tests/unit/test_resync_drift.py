@@ -72,6 +72,7 @@ def s1(available: bool = True, loaded: str = "True", **meta: Any) -> dict[str, A
         "status": {
             "conditions": [cond("Available", "True" if available else "False"), loaded_condition],
             "loadedPath": "/p/x",
+            **({"lastLoadedAt": "2026-01-01T00:00:00Z"} if loaded == "True" else {}),
         },
     }
 
@@ -171,6 +172,15 @@ LOADED_IN_3 = {**cond("Loaded"), "reason": "Loaded", "message": "loaded in 3 Rea
             Snapshot(v2=[s1()], services=[SVC], isvc_pods={("ns", "svc"): {"p": {"x": "/p/x"}}}),
             [],
             id="v2-in-sync",
+        ),
+        pytest.param(
+            Snapshot(
+                v2=[{**s1(), "status": {k: v for k, v in s1()["status"].items() if k != "lastLoadedAt"}}],
+                services=[SVC],
+                isvc_pods={("ns", "svc"): {"p": {"x": "/p/x"}}},
+            ),
+            [("s1", "load")],
+            id="v2-load-time-lost-with-its-status-write",
         ),
         pytest.param(
             Snapshot(v2=[s1()], services=[SVC], isvc_pods={("ns", "svc"): {"p": {}}}),
