@@ -217,7 +217,9 @@ def _one(deps: Deps, namespace: str, name: str, model: str | None, nudged: bool 
         return decide(fresh, listing, now, deps.settings.status_max_files, budget).to_wire()
 
     try:
-        written = kube.write_status(VLLM_ADAPTER, namespace, name, desired)
+        # from the object read above: its resourceVersion guards the patch (a 409 re-reads),
+        # and an unchanged observation costs no second GET
+        written = kube.write_status(VLLM_ADAPTER, namespace, name, desired, current=obj)
     except KubeRefused as err:
         if err.status not in (413, 422):
             raise
