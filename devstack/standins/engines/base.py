@@ -162,8 +162,8 @@ class FilerReader:
     The requests go out on `http.client` keep-alive connections kept in a small pool: every
     replica of a fleet lives in one interpreter here (in a cluster each engine is a process of
     its own reading a FUSE mount), and an upload storm makes 10,000 loads, each a listing and a
-    read per file, so the client's own CPU is what the other stand-ins wait for (httpx spent
-    ~4x as long per request, measured with py-spy in bench/upload_storm.py)."""
+    read per file, so the client's own CPU is what the other stand-ins wait for (with httpx
+    these reads were ~23% of the stand-ins' py-spy samples in bench/upload_storm.py, ~8% now)."""
 
     IDLE_MAX = 16
 
