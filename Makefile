@@ -62,7 +62,7 @@ test-fast: $(STAMP) ## The pure tables and every handler on fakes (no server sta
 lint: $(STAMP) ## ruff + mypy
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
-	$(VENV)/bin/mypy --explicit-package-bases functions events devstack loraflow tests/support
+	$(VENV)/bin/mypy --explicit-package-bases functions events devstack loraflow bench tests/support
 
 bench: $(STAMP) $(RUNTIME_STAMP) ## Run the benchmark suite, write bench/results/*.json
 	$(PY) -m bench --update-readme

@@ -8,20 +8,32 @@ functions-framework process, as in a cluster (in this process it would share one
 50 engine stand-ins and the API server); its first event (imports, clients) is not measured.
 Ideal: ceil(50 / concurrency) x 100 ms. Also measured once: the same 50 loads made pod after
 pod, directly against the engines (the speed-up the fan-out buys).
-Target: <= 1.3x the ideal.
+Target: <= 1.1x the ideal (issue 20; it was 1.3x).
 """
 
 from __future__ import annotations
 
 import math
+from functools import partial
 
 import httpx
+from cloudevents.http import CloudEvent
 
 from bench import world as w
 from bench.common import Result, median_of, percentile, timed
 from events.domain import ADAPTER_READY
 from functions.resources.kinds import VLLM_ADAPTER
 from functions.settings import Settings
+
+
+def _post_into(out: list[httpx.Response], http: httpx.Client, url: str, event: CloudEvent) -> None:
+    out.append(w.post_to(http, url, event))
+
+
+def _one_after_another(http: httpx.Client, urls: list[str], name: str, path: str) -> None:
+    """The same loads pod after pod, directly against the engines: no fan-out."""
+    for url in urls:
+        w.direct_load(http, url, name, path)
 
 
 def run(smoke: bool) -> Result:
@@ -39,7 +51,7 @@ def run(smoke: bool) -> Result:
             world.ready_adapter(ns, name)
             event = w.event(ADAPTER_READY, w.adapter_data(VLLM_ADAPTER, ns, name))
             responses: list[httpx.Response] = []
-            elapsed = timed(lambda e=event, out=responses: out.append(w.post_to(world.http, load_url, e)))
+            elapsed = timed(partial(_post_into, responses, world.http, load_url, event))
             if index:  # the first event warms the new process up (imports, clients): not measured
                 samples.append(elapsed)
             assert responses[0].status_code == 200, responses[0].text
@@ -50,7 +62,7 @@ def run(smoke: bool) -> Result:
         path = w.engine_path(world, ns, last)
         urls = [r.url for _, r in world.workload.fleet.items()]
         with httpx.Client(timeout=30) as http:
-            sequential = timed(lambda: [w.direct_load(http, url, last, path) for url in urls])
+            sequential = timed(partial(_one_after_another, http, urls, last, path))
     ideal = math.ceil(replicas / concurrency) * latency
     value = median_of(samples)
     ratio = value / ideal
@@ -61,8 +73,8 @@ def run(smoke: bool) -> Result:
         unit="ms",
         reference=round(ideal * 1000, 1),
         ratio=round(ratio, 3),
-        target="<= 1.3x ideal ceil(N/concurrency) x latency",
-        met=ratio <= 1.3,
+        target="<= 1.1x ideal ceil(N/concurrency) x latency",
+        met=ratio <= 1.1,
         details={
             "replicas": replicas,
             "engine_latency_ms": latency * 1000,

@@ -15,7 +15,8 @@ keep-alive client: adapter GET, filer listing, status PATCH (stat); adapter GET,
 PATCH (verify); adapter GET, deployments list, config GET, pods list, per pod (concurrently,
 LORAFLOW_LOAD_CONCURRENCY) POST /v1/load_lora_adapter, status PATCH (load). A new adapter's
 loads need no listing first: the engine's "already loaded" answer tells the same.
-Target: median <= 150 ms at 3 replicas, and <= 3x the reference.
+Target: median <= 150 ms at 3 replicas, and <= 1.5x the reference there (issue 20; it was 3x at
+every size); larger sizes are reported.
 """
 
 from __future__ import annotations
@@ -319,7 +320,7 @@ def run(smoke: bool) -> Result:
                 eventually(lambda: not stack.workload.pods(NS, MODEL_DEPLOYMENT_LABEL), 5, interval=0.05)
     main = results[sizes[0]]
     value = main["median_ms"]
-    met = value <= 150 and all(r["ratio"] <= 3 for r in results.values())
+    met = value <= 150 and main["ratio"] <= 1.5
     notes = "; ".join(
         f"{n} replicas: {r['median_ms']:.0f} ms (Ready at {r['to_ready_median_ms']:.0f} ms) vs "
         f"direct {r['reference_ms']:.0f} ms = {r['ratio']:.1f}x"
@@ -332,7 +333,7 @@ def run(smoke: bool) -> Result:
         unit="ms",
         reference=main["reference_ms"],
         ratio=main["ratio"],
-        target=f"<= 150 ms at {sizes[0]} replicas and <= 3x the direct HTTP sequence",
+        target=f"<= 150 ms and <= 1.5x the direct HTTP sequence at {sizes[0]} replicas",
         met=met,
         details={
             "sizes": {str(k): v for k, v in results.items()},
