@@ -35,6 +35,7 @@ BENCHMARKS: dict[str, int] = {
     "cli_help": 12,
     "update_gap": 13,
     "notification_latency": 14,
+    "upload_storm": 15,
 }
 OPTIONAL = {"upload_latency": 1, "throughput": 9, "pipeline_cold": 11}
 """Need the embedded stack (devstack.stack); run when their module exists."""

@@ -1,11 +1,12 @@
 """2. Restart recovery: an engine replica restarts (its adapters are gone); from its Pod
-becoming Ready again to all of its 50 adapters loaded.
+becoming Ready again to all of its adapters loaded.
 
 The workload stand-in restarts the engine and flips the Pod back to Ready once /health
 answers; the reload function then gets the Pod's update event (posted as ApiServerSource
-would) and answers once every adapter is back. Measured with 0 engine latency (target
-<= 500 ms) and 100 ms (target <= 1.3x ideal ceil(50 / concurrency) x 100 ms).
-Reference for 0 latency: the same 50 loads made directly, with the same concurrency.
+would) and answers once every adapter is back. Measured at 50 adapters with 0 engine
+latency (target <= 500 ms, the row's value) and at 500 adapters with 100 ms (issue 20: target
+<= 1.3x ideal ceil(500 / concurrency) x 100 ms) and with 0 ms (reported, no target).
+Reference for each: the same loads made directly, with the same concurrency.
 The reload function runs in its own functions-framework process, as in a cluster.
 """
 
@@ -30,7 +31,7 @@ def _measure(adapters: int, latency: float, repeats: int) -> dict[str, Any]:
         w.function_process("reload") as reload_url,
     ):
         ns = world.namespace()
-        names = [f"a{i:03d}" for i in range(adapters)]
+        names = [f"a{i:03d}" for i in range(adapters)]  # a000..a499 sort as they count
         world.deployment(ns, "d1", 1, names)
         for name in names:
             world.ready_adapter(ns, name)
@@ -60,13 +61,13 @@ def _measure(adapters: int, latency: float, repeats: int) -> dict[str, Any]:
                 eventually(lambda: replica.healthy, 5, what="engine healthy", interval=0.002)
                 paths = [(n, w.engine_path(world, ns, n)) for n in names]
                 with ThreadPoolExecutor(concurrency) as pool:
-                    reference.append(
-                        timed(
-                            lambda ps=paths: list(
-                                pool.map(lambda a: w.direct_load(http, replica.url, *a), ps)
-                            )
-                        )
-                    )
+
+                    def load_all(
+                        pool: ThreadPoolExecutor = pool, paths: list[tuple[str, str]] = paths
+                    ) -> None:
+                        list(pool.map(lambda a: w.direct_load(http, replica.url, *a), paths))
+
+                    reference.append(timed(load_all))
     return {
         "median_s": median_of(samples),
         "p90_s": percentile(samples, 90),
@@ -78,39 +79,55 @@ def _measure(adapters: int, latency: float, repeats: int) -> dict[str, Any]:
 
 
 def run(smoke: bool) -> Result:
-    adapters = 5 if smoke else 50
+    small, large = (5, 20) if smoke else (50, 500)
     repeats = 2 if smoke else 9  # medians of 9: single samples on 2 shared cores vary by ~+-10%
+    large_repeats = 2 if smoke else 5  # a sample is ~5.5 s at 500: five keep the row near a minute
     slow_latency = 0.02 if smoke else 0.1
-    fast = _measure(adapters, 0.0, repeats)
-    slow = _measure(adapters, slow_latency, repeats)
+    fast = _measure(small, 0.0, repeats)
+    slow = _measure(large, slow_latency, large_repeats)
+    large_fast = _measure(large, 0.0, large_repeats)
     value = fast["median_s"]
     slow_ratio = slow["median_s"] / slow["ideal_s"]
     met = value <= 0.5 and slow_ratio <= 1.3
+    slow_key = f"latency_{int(slow_latency * 1000)}ms"
     return Result(
         name="restart",
-        title=f"Restart recovery: {adapters} adapters back into a restarted replica",
+        title=f"Restart recovery: {small} adapters (0 ms), {large} adapters ({int(slow_latency * 1000)} ms) "
+        "back into a restarted replica",
         value=round(value * 1000, 1),
         unit="ms",
         reference=round(fast["direct_s"] * 1000, 1),
         ratio=round(value / fast["direct_s"], 2),
-        target=f"<= 500 ms at 0 latency; <= 1.3x ideal at {int(slow_latency * 1000)} ms latency",
+        target=f"<= 500 ms at 0 latency ({small}); <= 1.3x ideal at {int(slow_latency * 1000)} ms "
+        f"latency ({large})",
         met=met,
         details={
-            "adapters": adapters,
+            "adapters": small,
             "latency_0": {k: v for k, v in fast.items()},
-            f"latency_{int(slow_latency * 1000)}ms": {**slow, "ratio_to_ideal": round(slow_ratio, 3)},
+            "large_adapters": large,
+            f"{slow_key}_{large}": {
+                **slow,
+                "ratio_to_ideal": round(slow_ratio, 3),
+                "ratio_to_direct": round(slow["median_s"] / slow["direct_s"], 3),
+            },
+            f"latency_0_{large}": {
+                **large_fast,
+                "ratio_to_direct": round(large_fast["median_s"] / large_fast["direct_s"], 3),
+            },
             "slow_median_ms": round(slow["median_s"] * 1000, 1),
             "slow_ideal_ms": round(slow["ideal_s"] * 1000, 1),
             "slow_ratio_to_ideal": round(slow_ratio, 3),
         },
         note=(
-            f"0 ms engine latency: reference = the {adapters} loads made directly; "
-            f"{int(slow_latency * 1000)} ms: {slow['median_s'] * 1000:.0f} ms vs ideal "
-            f"{slow['ideal_s'] * 1000:.0f} ms ({slow_ratio:.2f}x)"
+            f"0 ms engine latency, {small} adapters: reference = the {small} loads made directly; "
+            f"{large} adapters at {int(slow_latency * 1000)} ms: {slow['median_s'] * 1000:.0f} ms vs ideal "
+            f"{slow['ideal_s'] * 1000:.0f} ms ({slow_ratio:.2f}x; direct {slow['direct_s'] * 1000:.0f} ms); "
+            f"{large} at 0 ms: {large_fast['median_s'] * 1000:.0f} ms vs direct "
+            f"{large_fast['direct_s'] * 1000:.0f} ms"
             + (
                 ""
                 if met
-                else "; NOT met: fixed part (5 Kubernetes requests, 50 config reads, the listing, "
+                else "; NOT met: fixed part (5 Kubernetes requests, the config reads, the listing, "
                 "the function's HTTP) on top of the load waves, on 2 shared CPUs"
             )
         ),
