@@ -270,6 +270,7 @@ class Cluster:
                     _cond("Loaded", "Loaded", f"loaded in {pods} Ready pod(s) of {ns}/{svc}"),
                 ],
                 "loadedPath": path,
+                "lastLoadedAt": "2026-01-01T00:00:00Z",
             },
         }
 

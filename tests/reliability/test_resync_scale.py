@@ -128,7 +128,8 @@ def test_resync_nudges_exactly_the_drifted_over_thousands(world: Testbed) -> Non
         ]
         for c in conds:
             c["observedGeneration"] = 1  # type: ignore[assignment]
-        status = None if name in v2_unadmitted else {"conditions": conds, "loadedPath": spec["path"]}
+        loaded = {"conditions": conds, "loadedPath": spec["path"], "lastLoadedAt": "2026-01-01T00:00:00Z"}
+        status = None if name in v2_unadmitted else loaded
         meta = {"name": name, "namespace": ns, "finalizers": [FINALIZER]}
         _put(world, SGLANG_ADAPTER, ns, {"metadata": meta, "spec": spec}, status)
 
