@@ -28,6 +28,7 @@ from werkzeug.serving import make_server
 
 from functions.metrics import Family
 from functions.observability import REGISTRY, WARNING_EVENTS
+from tests.support.wait import eventually
 
 ROOT = Path(__file__).resolve().parents[2]
 MONITORING = ROOT / "knative" / "components" / "monitoring"
@@ -247,11 +248,22 @@ def prometheus(tmp_path: Path, dead_letters_url: str) -> Iterator[str]:
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
+    url = f"http://127.0.0.1:{port}"
     try:
-        yield f"http://127.0.0.1:{port}"
+        # the query API answers 503 until the TSDB is open: wait for /-/ready, Prometheus's
+        # readiness endpoint (a loaded machine takes seconds)
+        eventually(lambda: _answers_ready(url), 60, what="Prometheus ready", interval=0.2)
+        yield url
     finally:
         process.terminate()
         process.wait(timeout=30)
+
+
+def _answers_ready(url: str) -> bool:
+    try:
+        return httpx.get(f"{url}/-/ready", timeout=5).status_code == 200
+    except httpx.HTTPError:
+        return False
 
 
 def query(prometheus: str, expr: str) -> list[Any]:
