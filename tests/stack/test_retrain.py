@@ -164,12 +164,16 @@ def settled(stack: Stack, cluster: Cluster, new: bytes) -> Callable[[], bool]:
         obj = cluster.get(VLLM_ADAPTER, "a1") or {}
         status = obj.get("status") or {}
         fs = file_set(declared(cluster, new))
-        served = {s["fileSet"] for s in status.get("served") or []}
+        records = status.get("served") or []
+        # a record for every pod: an engine can hold the new set a moment before the status
+        # says so (a restarted pod's reload loads, then writes)
+        pods = {p["metadata"]["name"] for p in cluster.pods(SELECTOR)}
         return (
             serving(stack, cluster, new)
             and loaded_true(cluster)
             and status.get("fileSet") == fs
-            and served == {fs}
+            and {r["fileSet"] for r in records} == {fs}
+            and {r["pod"] for r in records} == pods
         )
 
     return check
