@@ -54,10 +54,10 @@ from functions.resources.kinds import (
     VLLM_ADAPTER,
     Kind,
 )
+from tests.support.objects import condition
 from tests.support.wait import eventually
 
 PAGE = 500  # LORAFLOW_LIST_PAGE_SIZE's default
-STAMP = "2026-01-01T00:00:00Z"
 ENGINE_POLL_S = None
 """Idle serving loops sleep until a connection arrives: 5,000 of them waking 20 times a second
 would take the interpreter lock from the stand-ins being measured."""
@@ -81,14 +81,7 @@ SMOKE = Shape(3, 2, 2, 1, 2)
 
 
 def _cond(type_: str, reason: str, message: str = "ok", status: str = "True") -> dict[str, Any]:
-    return {
-        "type": type_,
-        "status": status,
-        "reason": reason,
-        "message": message,
-        "lastTransitionTime": STAMP,
-        "observedGeneration": 1,
-    }
+    return {**condition(type_, status, reason, message), "observedGeneration": 1}
 
 
 def _rtype(world: w.World, group: str, version: str, plural: str) -> ResourceType:

@@ -169,6 +169,25 @@ def _measure_one(
     return (ready_at[0] if ready_at else done) - started, done - started
 
 
+def stat_status(listing: dict[str, Any]) -> dict[str, Any]:
+    """The status stat writes for a filer listing (files, size, integrity), built directly."""
+    entries = listing.get("Entries") or []
+    files = [{"path": e["FullPath"], "size": e.get("FileSize") or 0} for e in entries]
+    integrity = {
+        e["FullPath"]: {"md5": base64.b64decode(e["Md5"]).hex(), "size": e.get("FileSize") or 0}
+        for e in entries
+    }
+    return {"files": files, "size": "1Ki", "integrity": {"files": integrity}}
+
+
+def engine_urls(pods: list[dict[str, Any]]) -> list[str]:
+    """Each pod's engine address, as load reads it from the Pod."""
+    return [
+        f"http://{p['status']['podIP']}:{p['spec']['containers'][0]['ports'][0]['containerPort']}"
+        for p in pods
+    ]
+
+
 def _reference(stack: Stack, name: str, deployment: str, concurrency: int, steps: dict[str, float]) -> float:
     """The minimal HTTP sequence, made directly (functions idle: broker drops deliveries)."""
     files = _files(name)
@@ -202,18 +221,10 @@ def _reference(stack: Stack, name: str, deployment: str, concurrency: int, steps
         # stat
         http.get(obj_url, headers=auth).raise_for_status()
         listing = http.get(stack.seaweed.url + directory, headers={"Accept": "application/json"}).json()
-        entries = listing.get("Entries") or []
-        status_files = [{"path": e["FullPath"], "size": e.get("FileSize") or 0} for e in entries]
-        integrity = {
-            e["FullPath"]: {"md5": base64.b64decode(e["Md5"]).hex(), "size": e.get("FileSize") or 0}
-            for e in entries
-        }
         http.patch(
             obj_url + "/status",
             headers={**auth, **MERGE},
-            content=json.dumps(
-                {"status": {"files": status_files, "size": "1Ki", "integrity": {"files": integrity}}}
-            ),
+            content=json.dumps({"status": stat_status(listing)}),
         ).raise_for_status()
         step("stat")
         # verify
@@ -239,10 +250,7 @@ def _reference(stack: Stack, name: str, deployment: str, concurrency: int, steps
             params={"labelSelector": f"{MODEL_DEPLOYMENT_LABEL}={deployment}"},
             headers=auth,
         ).json()["items"]
-        urls = [
-            f"http://{p['status']['podIP']}:{p['spec']['containers'][0]['ports'][0]['containerPort']}"
-            for p in pods
-        ]
+        urls = engine_urls(pods)
         path = engine_path(str(stack.mount_root), directory)
 
         def serve(url: str) -> None:

@@ -27,7 +27,6 @@ every delivery answered 2xx in the end.
 
 from __future__ import annotations
 
-import base64
 import contextlib
 import json
 import threading
@@ -40,7 +39,17 @@ import httpx
 
 from bench import world as w
 from bench.common import Result, percentile
-from bench.upload_latency import NS, Probe, _create_adapter, _deployment, _files, _md5s, _ready_pods
+from bench.upload_latency import (
+    NS,
+    Probe,
+    _create_adapter,
+    _deployment,
+    _files,
+    _md5s,
+    _ready_pods,
+    engine_urls,
+    stat_status,
+)
 from devstack.eventing.broker import Faults
 from devstack.seaweedfs import shared
 from devstack.stack import Stack
@@ -170,13 +179,7 @@ def _reference(stack: Stack, names: list[str], deployment: str, concurrency: int
             # stat
             http.get(obj_url, headers=auth).raise_for_status()
             listing = http.get(stack.seaweed.url + directory, headers={"Accept": "application/json"}).json()
-            entries = listing.get("Entries") or []
-            integrity = {
-                e["FullPath"]: {"md5": base64.b64decode(e["Md5"]).hex(), "size": e.get("FileSize") or 0}
-                for e in entries
-            }
-            files = [{"path": e["FullPath"], "size": e.get("FileSize") or 0} for e in entries]
-            status = {"files": files, "size": "1Ki", "integrity": {"files": integrity}}
+            status = stat_status(listing)
             patch = {**auth, **MERGE}
             http.patch(obj_url + "/status", headers=patch, content=json.dumps({"status": status}))
             # verify
@@ -194,10 +197,7 @@ def _reference(stack: Stack, names: list[str], deployment: str, concurrency: int
                 headers=auth,
             ).json()["items"]
             path = engine_path(str(stack.mount_root), directory)
-            urls = [
-                f"http://{p['status']['podIP']}:{p['spec']['containers'][0]['ports'][0]['containerPort']}"
-                for p in pods
-            ]
+            urls = engine_urls(pods)
             body = {"lora_name": name, "lora_path": path}
             calls = [loads.submit(http.post, u + "/v1/load_lora_adapter", json=body) for u in urls]
             for call in calls:
