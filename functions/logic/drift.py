@@ -164,10 +164,13 @@ def admit_reason(adapter: Obj, sglang: bool) -> str | None:
     return None
 
 
-def stored_config(obj: Obj) -> ConfigVerdict:
+def stored_config(obj: Obj, conditions_: Mapping[str, Obj] | None = None) -> ConfigVerdict:
     """Resync reads no adapter_config.json: a verdict about the files stays as load wrote it
-    (only new files, stat -> verify -> load, change it); otherwise the config counts as fine."""
-    loaded_condition = _conditions(obj).get(reasons.LOADED) or {}
+    (only new files, stat -> verify -> load, change it); otherwise the config counts as fine.
+    `conditions_`: the object's `_conditions`, when the caller has them."""
+    loaded_condition = (conditions_ if conditions_ is not None else _conditions(obj)).get(
+        reasons.LOADED
+    ) or {}
     reason = str(loaded_condition.get("reason") or "")
     if reason in reasons.CONFIG_VERDICTS:
         return ConfigVerdict(False, reason, str(loaded_condition.get("message") or ""))
@@ -242,20 +245,20 @@ def steady(snapshot: Snapshot, mount_root: str) -> frozenset[AdapterKey]:
     proven: set[AdapterKey] = set()
     for obj in snapshot.v1:
         conditions_ = _conditions(obj)
-        config = stored_config(obj)
+        config = stored_config(obj, conditions_)
         adapter = facts.vllm_adapter(obj, mount_root, config)
         key = adapter.key
         if key in seen:
             twice.add(key)  # world_of keeps the last of a name: the planner judges duplicates
         seen.add(key)
-        if adapter.serve != "serve" or not config.ok or facts.deleting(obj):
+        if adapter.serve != "serve" or not config.ok or adapter.deleting or not adapter.model:
             continue
         if admit_reason(obj, sglang=False) is not None:
             continue
         if (conditions_.get(reasons.READY) or {}).get("reason") == reasons.MODEL_NOT_FOUND:
             continue
         mds = naming.get((key.namespace, key.name))
-        if not mds or not all(md.serves and adapter.model and adapter.model == md.model for md in mds):
+        if not mds or any(not md.serves or adapter.model != md.model for md in mds):
             continue
         if not _serves_everywhere(adapter, mds, pods, copies.get((key.namespace, key.name), ()), mount_root):
             continue
