@@ -240,16 +240,3 @@ def test_read_ahead_keeps_order_raises_the_sources_error_and_stops_with_its_read
     assert next(reader) == {"n": 0}
     reader.close()  # the consumer gives up: the pump reads at most the pages already queued
     assert len(pulled) <= 10 * 4
-
-
-def test_a_tick_collects_cycles_ten_times_less_often_and_restores_the_thresholds() -> None:
-    import gc
-
-    before = gc.get_threshold()
-    with resync.fewer_collections():
-        inside = gc.get_threshold()
-        with resync.fewer_collections():  # a second tick at the same time
-            assert gc.get_threshold() == inside
-        assert gc.get_threshold() == inside  # the first is still running
-    assert gc.get_threshold() == before
-    assert inside == (10 * before[0], *before[1:])
