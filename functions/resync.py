@@ -19,8 +19,6 @@ sglang adapters and pod listings, the targets and pods (functions/logic/drift.py
 from __future__ import annotations
 
 import bisect
-import contextlib
-import gc
 import threading
 from collections import defaultdict
 from collections.abc import Iterable, Iterator, Mapping, Sequence
@@ -63,44 +61,12 @@ def handle(event: CloudEvent, deps: Deps) -> Reply:
         tick = messages.data_as(event, ResyncTick)  # an object or nothing; garbage is a 400
     restat = (tick.reason or "storage notifications may have been lost") if tick.full else None
     width = deps.settings.load_concurrency
-    with fewer_collections():
-        for snapshot in shards(deps):
-            # built here, where the tick's trace context is; posted side by side: each is one POST
-            # to the Broker, which answers slower than the planner judges the next shard
-            events = [to_event(n) for n in drift.drift(snapshot, deps.settings.mount_root, restat=restat)]
-            bounded_map(events, deps.broker.publish, width)
+    for snapshot in shards(deps):
+        # built here, where the tick's trace context is; posted side by side: each is one POST
+        # to the Broker, which answers slower than the planner judges the next shard
+        events = [to_event(n) for n in drift.drift(snapshot, deps.settings.mount_root, restat=restat)]
+        bounded_map(events, deps.broker.publish, width)
     return None
-
-
-_COLLECTING = threading.Lock()
-_TICKS = [0]
-"""Ticks in progress; the collector's thresholds are raised while there is one."""
-_THRESHOLDS = [gc.get_threshold()]
-
-
-@contextlib.contextmanager
-def fewer_collections() -> Iterator[None]:
-    """The cyclic collector ten times less often during a tick.
-
-    A tick decodes and drops millions of containers (pages of adapters, listings) that
-    reference counting frees as they go; at the default thresholds the collector still ran
-    ~650 times a tick at 20,000 adapters (5 of them full collections over every live object),
-    ~8% of the tick's CPU; ten times less often, ~3%. It still runs: the cycles a tick makes
-    (httpx's requests, each with the answer it holds) are freed within it, a few MiB more of
-    them waiting at a time (100 times less often: ~40 MiB more)."""
-    with _COLLECTING:
-        if _TICKS[0] == 0:
-            _THRESHOLDS[0] = gc.get_threshold()
-            first, second, third = _THRESHOLDS[0]
-            gc.set_threshold(first * 10, second, third)
-        _TICKS[0] += 1
-    try:
-        yield
-    finally:
-        with _COLLECTING:
-            _TICKS[0] -= 1
-            if _TICKS[0] == 0:
-                gc.set_threshold(*_THRESHOLDS[0])
 
 
 class Held(NamedTuple):
