@@ -7,7 +7,9 @@ engine's "already loaded" answer tells the same. The function runs in its own
 functions-framework process, as in a cluster (in this process it would share one GIL with the
 50 engine stand-ins and the API server); its first event (imports, clients) is not measured.
 Ideal: ceil(50 / concurrency) x 100 ms. Also measured once: the same 50 loads made pod after
-pod, directly against the engines (the speed-up the fan-out buys).
+pod, directly against the engines (the speed-up the fan-out buys); a load made directly takes
+more than the latency (the engine reads the adapter's files through the filer, as vLLM does),
+so the waves at that measured time are reported beside the ideal, which stays the target.
 Target: <= 1.1x the ideal (issue 20; it was 1.3x).
 """
 
@@ -63,9 +65,13 @@ def run(smoke: bool) -> Result:
         urls = [r.url for _, r in world.workload.fleet.items()]
         with httpx.Client(timeout=30) as http:
             sequential = timed(partial(_one_after_another, http, urls, last, path))
-    ideal = math.ceil(replicas / concurrency) * latency
+    waves = math.ceil(replicas / concurrency)
+    ideal = waves * latency
     value = median_of(samples)
     ratio = value / ideal
+    # what one load made directly takes (the engine's latency, then its read of the adapter's
+    # files through the filer, as vLLM reads them, and one HTTP round trip): a wave's floor
+    engine_load = sequential / replicas
     return Result(
         name="fanout",
         title=f"Fan-out: 1 adapter into {replicas} replicas at {int(latency * 1000)} ms engine latency",
@@ -83,8 +89,13 @@ def run(smoke: bool) -> Result:
             "p90_ms": round(percentile(samples, 90) * 1000, 1),
             "pod_after_pod_ms": round(sequential * 1000, 1),
             "speedup_over_pod_after_pod": round(sequential / value, 2),
+            "engine_load_ms": round(engine_load * 1000, 1),
+            "waves_at_engine_load_ms": round(waves * engine_load * 1000, 1),
+            "ratio_to_waves_at_engine_load": round(value / (waves * engine_load), 3),
         },
-        note=f"reference = ideal; {sequential / value:.1f}x faster than pod after pod"
+        note=f"reference = ideal; {sequential / value:.1f}x faster than pod after pod; one load made "
+        f"directly takes {engine_load * 1000:.0f} ms (pod after pod), so {waves} waves of it "
+        f"{waves * engine_load * 1000:.0f} ms ({value / (waves * engine_load):.2f}x)"
         + (
             ""
             if ratio <= 1.3
