@@ -49,7 +49,8 @@ class _Connection(http.client.HTTPConnection):
         server_name: str | None,
     ) -> None:
         super().__init__(host, port, timeout=connect_timeout)
-        self._read_timeout = read_timeout
+        self._connect_timeout = connect_timeout
+        self._default_read_timeout = self._read_timeout = read_timeout
         self._context = context
         self._server_name = server_name
 
@@ -58,6 +59,14 @@ class _Connection(http.client.HTTPConnection):
         if self._context is not None:
             self.sock = self._context.wrap_socket(self.sock, server_hostname=self._server_name or self.host)
         self.sock.settimeout(self._read_timeout)
+
+    def bound(self, timeout: float | None) -> None:
+        """Each socket operation of the next round trip takes at most `timeout` (None: the
+        connection's read timeout); a connection made for it connects within that too."""
+        self.timeout = min(timeout, self._connect_timeout) if timeout else self._connect_timeout
+        self._read_timeout = timeout or self._default_read_timeout
+        if self.sock is not None:
+            self.sock.settimeout(self._read_timeout)
 
 
 class KeepAlive:
@@ -83,18 +92,26 @@ class KeepAlive:
         self._idle: list[_Connection] = []
         self._lock = threading.Lock()
 
-    def request(self, method: str, target: str, headers: Mapping[str, str], body: bytes | None) -> Answer:
-        """One round trip; `target` is the path and query under the base URL."""
+    def request(
+        self,
+        method: str,
+        target: str,
+        headers: Mapping[str, str],
+        body: bytes | None,
+        timeout: float | None = None,
+    ) -> Answer:
+        """One round trip; `target` is the path and query under the base URL; `timeout` bounds
+        each socket operation of this one (default: the read timeout)."""
         connection, reused = self._take()
         try:
             try:
-                answer = self._round_trip(connection, method, target, headers, body)
+                answer = self._round_trip(connection, method, target, headers, body, timeout)
             except STALE:
                 if not reused:
                     raise
                 connection.close()  # the server closed it while it was idle: once more, anew
                 connection = self._new()
-                answer = self._round_trip(connection, method, target, headers, body)
+                answer = self._round_trip(connection, method, target, headers, body, timeout)
         except TimeoutError as err:
             connection.close()
             raise httpx.TimeoutException(f"{method} {target[:200]}: timed out") from err
@@ -118,8 +135,10 @@ class KeepAlive:
         target: str,
         headers: Mapping[str, str],
         body: bytes | None,
+        timeout: float | None,
     ) -> Answer:
-        connection.request(method, self._prefix + target, body=body, headers=dict(headers))
+        connection.bound(timeout)
+        connection.request(method, self._prefix + target or "/", body=body, headers=dict(headers))
         response = connection.getresponse()
         content = response.read()
         if response.will_close:

@@ -167,3 +167,17 @@ def test_tls_checks_the_name_asked_for() -> None:
         wrong = KeepAlive(kube.url, context, server_name="api.elsewhere.example")
         with pytest.raises(httpx.TransportError, match="certificate"):
             wrong.request("GET", "/api/v1/namespaces", headers, None)
+
+
+def test_a_request_can_bound_itself_tighter_than_the_client() -> None:
+    """ingest gives each attempt what is left of its deadline: that bound holds on a kept
+    connection, and the next request is bounded by the client's own timeout again."""
+    listener = socket.create_server(("127.0.0.1", 0))
+    held: list[socket.socket] = []
+    threading.Thread(target=lambda: held.append(listener.accept()[0]), daemon=True).start()
+    client = KeepAlive(f"http://127.0.0.1:{listener.getsockname()[1]}", read_timeout=30)
+    started = time.monotonic()
+    with pytest.raises(httpx.TimeoutException):
+        client.request("POST", "/", {}, b"{}", timeout=0.2)
+    assert time.monotonic() - started < 5
+    listener.close()
