@@ -30,6 +30,7 @@ import urllib3
 from pydantic import TypeAdapter, ValidationError
 from typing_extensions import TypedDict  # pydantic reads TypedDicts from here before 3.12
 
+from functions.adapters.keepalive import KeepAlive
 from functions.adapters.tls import verify_for
 from functions.errors import StorageUnavailable
 from functions.settings import Settings
@@ -151,6 +152,9 @@ class FilerStorage:
     def __init__(self, base_url: str, page_size: int, timeout: float = 30.0) -> None:
         self._base = base_url.rstrip("/")
         self._http = httpx.Client(base_url=self._base, timeout=timeout, verify=verify_for(self._base))
+        # listings (stat's every event, load's configs) over keep-alive http.client when plain
+        # http, as the filer is inside a cluster: httpx's client costs more than the exchange
+        self._direct = KeepAlive(self._base, read_timeout=timeout) if self._base.startswith("http:") else None
         self._pool = urllib3.PoolManager(timeout=urllib3.Timeout(connect=5.0, read=timeout), retries=False)
         self._page_size = page_size
 
@@ -174,10 +178,10 @@ class FilerStorage:
             params = {"limit": str(self._page_size)}
             if last:
                 params["lastFileName"] = last
-            response = self._get(directory, params=params, headers={"Accept": "application/json"})
-            if response.status_code == 404:
+            status, content = self._list_page(directory, params)
+            if status == 404:
                 return []
-            page = _listing_page(response.content)
+            page = _listing_page(content)
             if not isinstance(page, dict) or "Entries" not in page:
                 return []  # a file at that path, not a directory: the filer sent its content
             entries.extend(page.get("Entries") or [])
@@ -219,14 +223,21 @@ class FilerStorage:
         except httpx.HTTPError as err:
             raise StorageUnavailable(f"filer GET {path}: {err}") from err
 
-    def _get(self, path: str, **kwargs: Any) -> httpx.Response:
+    def _list_page(self, directory: str, params: dict[str, str]) -> tuple[int, bytes]:
+        """(status, body) of one listing page; StorageUnavailable for 5xx/4xx but 404."""
+        headers = {"Accept": "application/json"}
         try:
-            response = self._http.get(quote_path(path), **kwargs)
+            if self._direct is not None:
+                target = f"{quote_path(directory)}?{urllib.parse.urlencode(params)}"
+                status, content = self._direct.request("GET", target, headers, None)
+            else:
+                response = self._http.get(quote_path(directory), params=params, headers=headers)
+                status, content = response.status_code, response.content
         except httpx.HTTPError as err:
-            raise StorageUnavailable(f"filer GET {path}: {err}") from err
-        if response.status_code != 404:
-            _raise_for_unavailable(response, path)
-        return response
+            raise StorageUnavailable(f"filer GET {directory}: {err}") from err
+        if status >= 400 and status != 404:
+            raise StorageUnavailable(f"filer GET {directory}: HTTP {status}")
+        return status, content
 
 
 def _bounded(response: httpx.Response, max_bytes: int, path: str) -> bytes:
