@@ -9,9 +9,10 @@ import socket
 import ssl
 import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import ThreadingHTTPServer
 from typing import Any
 
+from devstack.oneshot import OneWriteHandler
 from devstack.standins.kube.api import Api, Response
 from devstack.standins.kube.routing import Request
 
@@ -47,7 +48,7 @@ class KubeHTTPServer(ThreadingHTTPServer):
                     connection.shutdown(socket.SHUT_RDWR)
 
 
-class Handler(BaseHTTPRequestHandler):
+class Handler(OneWriteHandler):
     """Translates HTTP requests to `Api.handle` and writes JSON or chunked watch streams."""
 
     protocol_version = "HTTP/1.1"
