@@ -121,6 +121,8 @@ def _storm(stack: Stack, probe: Probe, names: list[str], timeout: float) -> dict
     before = dict(vars(stack.broker.counters))
     since = max((e["seq"] for e in stack.broker.log.since(0)), default=0)
     cpu_before = _cpu(stack)
+    expired_before = sum(s.expired for s in stack.sources)
+    unsent_before = sum(s.unsent for s in stack.sources)
     started = time.perf_counter()
     with ThreadPoolExecutor(UPLOADERS) as pool:
         uploads = [pool.submit(upload, n) for n in names]
@@ -184,6 +186,10 @@ def _storm(stack: Stack, probe: Probe, names: list[str], timeout: float) -> dict
         # shared machine): "standins" is this process, the rest one entry per function process
         "cpu_ms_per_adapter": cpu_ms,
         "dead_letters": len(stack.sink.events),
+        # where an event can be lost without a dead letter: a source watch that expired (410,
+        # relisted without events, as an informer) and sends the broker never accepted
+        "source_watch_expired": sum(s.expired for s in stack.sources) - expired_before,
+        "source_unsent": sum(s.unsent for s in stack.sources) - unsent_before,
         "retries_by_trigger_and_answer": dict(retries.most_common(10)),
         "not_done_detail": stuck,
     }
