@@ -46,8 +46,8 @@ from cloudevents.conversion import to_binary, to_structured
 from cloudevents.exceptions import GenericException
 from cloudevents.http import CloudEvent, from_http
 
-from devstack.eventing.pool import Answer, Pools, SendError
 from devstack.eventing.triggers import Trigger
+from devstack.keepalive import Answer, Pools, SendError
 from devstack.oneshot import OneWriteHandler
 from functions import tracing
 from functions.tracing import Trace

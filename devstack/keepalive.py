@@ -1,5 +1,5 @@
-"""Keep-alive HTTP/1.1 POSTs on pooled `http.client` connections, for the broker's deliveries
-and the sources' sends.
+"""Keep-alive HTTP/1.1 POSTs on pooled `http.client` connections, for the broker's deliveries,
+the sources' sends and the webhook relay's forwards.
 
 Why not httpx: every stand-in of the embedded stack shares one interpreter (in a cluster the
 broker, the sources and the API server are processes of their own), and an upload storm of
