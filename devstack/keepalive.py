@@ -1,5 +1,5 @@
-"""Keep-alive HTTP/1.1 POSTs on pooled `http.client` connections, for the broker's deliveries,
-the sources' sends and the webhook relay's forwards.
+"""Keep-alive HTTP/1.1 requests on pooled `http.client` connections: the broker's deliveries,
+the sources' sends, the webhook relay's forwards (POSTs) and bench 15's uploads (PUTs).
 
 Why not httpx: every stand-in of the embedded stack shares one interpreter (in a cluster the
 broker, the sources and the API server are processes of their own), and an upload storm of
@@ -93,6 +93,12 @@ class Pools:
 
     def post(self, url: str, headers: dict[str, str], body: bytes, timeout: float | None = None) -> Answer:
         """POST `body` to `url`; the whole answer, or SendError when there was none."""
+        return self.request("POST", url, headers, body, timeout)
+
+    def request(
+        self, method: str, url: str, headers: dict[str, str], body: bytes, timeout: float | None = None
+    ) -> Answer:
+        """`method` with `body` to `url`; the whole answer, or SendError when there was none."""
         parts = urllib.parse.urlsplit(url)
         if parts.scheme != "http" or not parts.hostname:
             raise SendError(f"unsupported URL {url!r}")
@@ -100,7 +106,7 @@ class Pools:
         target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
         conn = self._take(origin, self._timeout_s if timeout is None else timeout)
         try:
-            conn.request("POST", target, body=body, headers=headers)
+            conn.request(method, target, body=body, headers=headers)
             response = conn.getresponse()
             content = response.read()
         except (OSError, http.client.HTTPException) as err:
