@@ -4,7 +4,9 @@ Trigger: `dev.knative.apiserver.resource.add|update` for kind LoRAAdapter (eithe
     `io.loraflow.adapter.drifted.v1` with extension `loraflowstep=admit`;
     `dev.knative.apiserver.resource.add` for kind Model: the vllm adapters of its namespace
     that wait for it (Ready False `ModelNotFound`) are admitted again at once.
-Reads: the adapter (re-read by name; the event data is only a reference); vllm: the Model
+Reads: the adapter (re-read by name; the event data is only a reference), except for an update
+    whose object shows its generation admitted and our finalizer on it (a later step's status
+    write): 204 from the event, no read (`admitted`); vllm: the Model
     `spec.model` in the adapter's namespace; sglang: the InferenceService of
     `spec.inferenceServiceRef` (namespace defaults to the adapter's).
 Writes: metadata.finalizers += `loraflow.io/unload` (first), then one status write.
@@ -37,7 +39,7 @@ from functions.edge import messages, shell
 from functions.edge.bootstrap import Deps
 from functions.edge.inputs import adapter_ref, kube_object, stored
 from functions.errors import Reject
-from functions.logic import conditions, facts, phase, serving
+from functions.logic import conditions, drift, facts, phase, serving
 from functions.logic.paths import adapter_dir, check_label, check_subdomain, is_under
 from functions.resources.inference import InferenceService, SGLangAdapter, SGLangAdapterStatus
 from functions.resources.kinds import (
@@ -230,7 +232,24 @@ def handle(event: CloudEvent, deps: Deps) -> CloudEvent | None:
         return None
     if kind is None or kind not in ADAPTER_KINDS.values() or facts.deleting(obj):
         return None
+    if event["type"] == API_UPDATE and admitted(kind, obj):
+        return None
     return admit_one(deps, kind, obj["metadata"]["namespace"], obj["metadata"]["name"])
+
+
+def admitted(kind: Kind, obj: Obj) -> bool:
+    """The update's object shows its generation admitted and our finalizer on it: the update is a
+    later step's status write (stat, verify and load write three or more per adapter) or a
+    metadata edit admission does not read, so it is answered without reading anything.
+
+    Admission reads the spec (a new one bumps the generation, which this check sees) and the
+    Model or InferenceService, whose changes reach admit through their own events and resync's
+    drift check (the same rule: `drift.admit_reason`), never through the adapter's update. An
+    old snapshot answered here cannot hide a newer spec: that spec's own update follows, and
+    if it is lost the resync tick nudges admit. controller-runtime's GenerationChangedPredicate
+    drops the same updates; re-reading would cost two GETs per status write of every adapter."""
+    finalizers = facts.meta(obj).get("finalizers") or []
+    return FINALIZER in finalizers and drift.admit_reason(obj, sglang=kind != VLLM_ADAPTER) is None
 
 
 def on_model(deps: Deps, model: Obj) -> None:

@@ -1,6 +1,7 @@
 """unload: take adapters out of engines when they are deleted or no longer wanted.
 
-Trigger: apiserver update of a LoRAAdapter (acts only with deletionTimestamp + our finalizer);
+Trigger: apiserver update of a LoRAAdapter (acts only with deletionTimestamp + our finalizer: an
+update without one, e.g. a status write, is answered 204 from the event, with no read);
 apiserver update of a ModelDeployment / InferenceService; `adapter.drifted` (loraflowstep=unload);
 `adapter.failed` (a Ready adapter whose files went bad must stop serving the old weights).
 Reads: as load does (functions/adapters/fleet.py); for an adapter, the pods of every
@@ -46,6 +47,11 @@ def request_for(event: CloudEvent, deps: Deps) -> Request | None:
     obj = inputs.kube_object(event)
     key = inputs.object_adapter_key(obj)
     if key is not None:
+        if not facts.deleting(obj):
+            # a deletion only ever goes one way: an update without a deletionTimestamp predates
+            # any deletion, whose own update follows it (and resync's drift check if it is lost);
+            # so every status write of a live adapter is answered without a GET
+            return None
         current = deps.kube.get(inputs.adapter_kind_of(key), key.namespace, key.name)
         if (
             current is None

@@ -2,49 +2,90 @@
 
 Threads, not asyncio: every client underneath is blocking (httpx, urllib3, boto3) and the
 calls wait on the network, where the GIL is released.
+
+Every invocation runs its calls on one process-wide pool of threads, kept between events: a
+pool built per call started its threads anew each time, ~0.15 ms of CPU per thread (a load
+event with 3 pods started ~6). Each invocation keeps its own width: the thread that asks
+(the request's own) submits at most `width` calls at a time and tops them up as they finish,
+so one tenant's 50-pod fan-out does not take the slots of another's event. Tasks on the pool
+never wait for other tasks on it (only the asking thread waits), so a full pool queues work
+but cannot deadlock.
 """
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Callable, Iterable
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from typing import TypeVar
 
 T = TypeVar("T")
 R = TypeVar("R")
 Task = Callable[[], None]
 
+POOL_THREADS = 256
+"""Above what the steps ask for at once (gunicorn's threads, 4 per CPU, x 2 pools of
+LORAFLOW_LOAD_CONCURRENCY each); threads start only when none is idle, so this is a ceiling,
+not a cost."""
+
+_pool = ThreadPoolExecutor(max_workers=POOL_THREADS, thread_name_prefix="loraflow-call")
+
 
 def bounded_map(items: Iterable[T], call: Callable[[T], R], width: int) -> list[tuple[T, R]]:
-    """`call` over `items`, at most `width` at a time; results in input order."""
+    """`call` over `items`, at most `width` at a time; results in input order. Every call runs;
+    the first failure in input order is raised once all have finished."""
     work = list(items)
     if len(work) <= 1 or width <= 1:
         return [(item, call(item)) for item in work]
-    with ThreadPoolExecutor(max_workers=min(width, len(work))) as pool:
-        return list(zip(work, pool.map(call, work), strict=True))
+    futures: list[Future[R]] = []
+    running: set[Future[R]] = set()
+    for item in work:
+        if len(running) >= width:
+            _, pending = wait(running, return_when=FIRST_COMPLETED)
+            running = set(pending)
+        future = _pool.submit(call, item)
+        futures.append(future)
+        running.add(future)
+    wait(running)
+    return [(item, future.result()) for item, future in zip(work, futures, strict=True)]
 
 
 def pipeline(items: Iterable[T], observe: Callable[[T], list[Task]], width: int) -> None:
     """Run `observe(item)` (a listing) over `items`, and the tasks (loads) each returns.
 
-    Listings and loads run on two pools of `width` workers each: a listing (a dictionary read in
-    the engine) never waits behind a load (weights read, GPU memory allocated, ~100 ms to
-    seconds), so the load slots stay busy back to back, and a pod's loads start as soon as its
-    own listing is in. Wider listing bursts measured slower on 2 cores (bench/fanout.py: 4x wide
-    650-700 ms, as wide 580-615 ms for 50 pods). Returns when everything has finished,
-    re-raising the first exception of a task.
+    Listings and loads have `width` slots each: a listing (a dictionary read in the engine)
+    never waits behind a load (weights read, GPU memory allocated, ~100 ms to seconds), so the
+    load slots stay busy back to back, and a pod's loads start as soon as its own listing is
+    in. Wider listing bursts measured slower on 2 cores (bench/fanout.py: 4x wide 650-700 ms,
+    as wide 580-615 ms for 50 pods). Returns when everything has finished, re-raising the
+    first exception to have been raised (a failed listing queues no load).
     """
-    work = list(items)
-    if not work:
-        return
-    with (
-        ThreadPoolExecutor(max_workers=width) as loads,
-        ThreadPoolExecutor(max_workers=min(len(work), width)) as listings,
-    ):
+    width = max(1, width)
+    to_list = deque(items)
+    to_load: deque[Task] = deque()
+    listing: set[Future[list[Task]]] = set()
+    loading: set[Future[list[Task]]] = set()
+    finished: list[Future[list[Task]]] = []
+    while to_list or to_load or listing or loading:
+        while to_list and len(listing) < width:
+            listing.add(_pool.submit(observe, to_list.popleft()))
+        while to_load and len(loading) < width:
+            loading.add(_pool.submit(_as_step, to_load.popleft()))
+        done, _ = wait(listing | loading, return_when=FIRST_COMPLETED)
+        for future in done:
+            finished.append(future)
+            if future in listing:
+                listing.discard(future)
+                if future.exception() is None:
+                    to_load.extend(future.result())
+            else:
+                loading.discard(future)
+    errors = [error for future in finished if (error := future.exception()) is not None]
+    if errors:
+        raise errors[0]
 
-        def observe_then_queue(item: T) -> list[Future[None]]:
-            return [loads.submit(task) for task in observe(item)]
 
-        queued = [listings.submit(observe_then_queue, item) for item in work]
-        for load in [future for listed in queued for future in listed.result()]:
-            load.result()
+def _as_step(task: Task) -> list[Task]:
+    """A load on the pool, typed as a listing is: it queues nothing further."""
+    task()
+    return []

@@ -339,7 +339,9 @@ def execute(deps: Deps, observed: Observed, desire: Desire | None = None) -> Exe
         return [partial(run, a) for a in serving.plan_pod(world, desire, pod, observed.scope)]
 
     pods = [pod for target in sorted(world.pods) for pod in world.pods[target]]
-    pipeline(pods, lambda pod: per_pod(pod, fetch=False), width)
+    # planned from what is known (no I/O), so only the calls need threads: none when all is served
+    planned = [task for pod in pods for task in per_pod(pod, fetch=False)]
+    bounded_map(planned, lambda task: task(), width)
     # "already loaded" to a load made without a listing: the pod holds the name. Our status says
     # whether we put that file set there; if it does not, the pod is listed and planned again.
     confirmed: dict[tuple[TargetKey, str], dict[str, str]] = {}

@@ -258,3 +258,72 @@ def test_conflict_on_status_write_is_retried(world: Testbed) -> None:
     stored = world.get(VLLM_ADAPTER, ns, "a")
     assert stored is not None
     assert conditions(stored) == {"Ready": ("Unknown", "Admitted")}
+
+
+def reads_of_adapters(world: Testbed) -> int:
+    """GETs and LISTs of LoRAAdapters (either kind) the API stand-in has answered so far."""
+    return sum(
+        n
+        for (verb, resource), n in world.kube.requests.items()
+        if verb in ("get", "list") and resource in (VLLM_ADAPTER.plural, SGLANG_ADAPTER.plural)
+    )
+
+
+def test_a_later_steps_status_write_is_answered_without_a_read(world: Testbed) -> None:
+    """stat, verify and load each write status; every write comes back as an update. Once its
+    generation is admitted and our finalizer is on it, admit answers 204 from the event."""
+    ns = world.namespace()
+    world.create(MODEL, ns, {"metadata": {"name": "llama"}, "spec": {}})
+    reply_of(world.post("admit", world.apiserver_event("add", adapter(world, ns))))
+    world.mark_ready(ns, "a", f"/loraadapters/{ns}/llama/a/")
+    stored = world.get(VLLM_ADAPTER, ns, "a")
+    assert stored is not None
+    before = reads_of_adapters(world)
+    answer = world.post("admit", world.apiserver_event("update", stored))
+    assert answer.status_code == 204, answer.text
+    assert reads_of_adapters(world) == before
+    assert world.get(VLLM_ADAPTER, ns, "a") == stored
+
+
+def test_an_update_of_a_new_generation_is_admitted(world: Testbed) -> None:
+    ns = world.namespace()
+    world.create(MODEL, ns, {"metadata": {"name": "llama"}, "spec": {}})
+    reply_of(world.post("admit", world.apiserver_event("add", adapter(world, ns))))
+    edited = world.patch(VLLM_ADAPTER, ns, "a", {"spec": {"model": "other"}})
+    assert edited["metadata"]["generation"] == 2
+    event = reply_of(world.post("admit", world.apiserver_event("update", edited)))
+    assert event.get_data()["generation"] == edited["metadata"]["generation"]
+    stored = world.get(VLLM_ADAPTER, ns, "a")
+    assert stored is not None
+    assert stored["status"]["observedGeneration"] == edited["metadata"]["generation"]
+    assert conditions(stored)["Ready"] == ("False", "ModelNotFound")
+
+
+def test_an_update_that_lost_our_finalizer_gets_it_back(world: Testbed) -> None:
+    """A metadata edit bumps no generation; admission still reads it when our finalizer is gone."""
+    ns = world.namespace()
+    world.create(MODEL, ns, {"metadata": {"name": "llama"}, "spec": {}})
+    reply_of(world.post("admit", world.apiserver_event("add", adapter(world, ns))))
+    stripped = world.patch(VLLM_ADAPTER, ns, "a", {"metadata": {"finalizers": None}})
+    assert not stripped["metadata"].get("finalizers")
+    world.post("admit", world.apiserver_event("update", stripped))
+    stored = world.get(VLLM_ADAPTER, ns, "a")
+    assert stored is not None
+    assert stored["metadata"]["finalizers"] == ["loraflow.io/unload"]
+
+
+def test_an_old_snapshot_is_no_reason_to_read(world: Testbed) -> None:
+    """Reordered updates: the snapshot of generation 1 arrives after generation 2 was admitted.
+    Its answer reads nothing and leaves the newer admission as it is."""
+    ns = world.namespace()
+    world.create(MODEL, ns, {"metadata": {"name": "llama"}, "spec": {}})
+    reply_of(world.post("admit", world.apiserver_event("add", adapter(world, ns))))
+    old = world.get(VLLM_ADAPTER, ns, "a")
+    assert old is not None
+    edited = world.patch(VLLM_ADAPTER, ns, "a", {"spec": {"model": "other"}})
+    reply_of(world.post("admit", world.apiserver_event("update", edited)))
+    newer = world.get(VLLM_ADAPTER, ns, "a")
+    before = reads_of_adapters(world)
+    assert world.post("admit", world.apiserver_event("update", old)).status_code == 204
+    assert reads_of_adapters(world) == before
+    assert world.get(VLLM_ADAPTER, ns, "a") == newer

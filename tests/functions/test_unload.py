@@ -223,3 +223,17 @@ def test_deleted_sglang_adapter_is_unloaded_and_finalized(world: Testbed) -> Non
     assert (data["pods"], data["finalized"]) == (pods, True)
     assert all(loaded(world, ns, p) == STATIC for p in pods)
     assert world.get(SGLANG_ADAPTER, ns, "s1") is None
+
+
+def test_a_live_adapters_update_is_answered_without_a_read(world: Testbed) -> None:
+    """Every status write of a live adapter comes back as an update: no deletionTimestamp in it,
+    nothing to take back, and nothing read to say so."""
+    ns = world.namespace()
+    make_adapter(world, ns, "a")
+    live = world.get(VLLM_ADAPTER, ns, "a")
+    assert live is not None
+    before = sum(n for (verb, _), n in world.kube.requests.items() if verb in ("get", "list"))
+    answer = world.post("unload", world.apiserver_event("update", live))
+    assert answer.status_code == 204, answer.text
+    assert sum(n for (verb, _), n in world.kube.requests.items() if verb in ("get", "list")) == before
+    assert world.get(VLLM_ADAPTER, ns, "a") == live
