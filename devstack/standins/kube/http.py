@@ -116,6 +116,7 @@ class Handler(OneWriteHandler):
             self.send_header(name, value)
         self.end_headers()
         self.wfile.write(payload)
+        self.wfile.flush()  # now, not after `_serve`: the request's CPU includes its write
 
     def _alive(self) -> bool:
         """The client has not closed its end (a readable socket with no data = EOF)."""
