@@ -1,4 +1,6 @@
-"""The Kubernetes API as the functions need it, over a thin REST client (httpx, JSON).
+"""The Kubernetes API as the functions need it, over a thin REST client (JSON over keep-alive
+`http.client` connections, functions/adapters/keepalive.py; httpx through a proxy or a given
+transport).
 
 Not the `kubernetes` package: importing it costs ~0.5 s of cold start (its ~770 model
 modules) and its (de)serialisation costs more than the requests themselves for large objects.
@@ -20,10 +22,11 @@ from collections.abc import Callable, Iterator
 from datetime import datetime
 from functools import partial
 from typing import Any
-from urllib.parse import quote
+from urllib.parse import quote, urlencode
 
 import httpx
 
+from functions.adapters.keepalive import KeepAlive
 from functions.adapters.kubeconfig import KubeConfig, load
 from functions.adapters.tls import never_used
 from functions.errors import KubeConflict, KubeRefused, KubeUnavailable, LoraflowError
@@ -42,6 +45,7 @@ EVENT_WINDOW_S = 600
 WRITE_ATTEMPTS = 5
 TIMEOUT = httpx.Timeout(connect=5.0, read=30.0, write=30.0, pool=30.0)
 LIMITS = httpx.Limits(max_connections=32, max_keepalive_connections=16, keepalive_expiry=60.0)
+HEADERS = {"Accept": "application/json", "User-Agent": "loraflow-functions"}
 
 
 class ApiError(Exception):
@@ -54,12 +58,26 @@ class ApiError(Exception):
 
 
 class KubeApi:
-    """One shared keep-alive httpx.Client to the API server; JSON bodies in and out."""
+    """Keep-alive connections to the API server, shared by the process's threads; JSON bodies
+    in and out. Through a proxy (a kubeconfig's proxy-url), or with a `transport` given (tests),
+    one shared httpx.Client instead."""
 
     def __init__(self, config: KubeConfig, transport: httpx.BaseTransport | None = None) -> None:
         self._config = config
         self._base = config.server.rstrip("/")
         self._extensions = {"sni_hostname": config.tls_server_name} if config.tls_server_name else None
+        self._direct: KeepAlive | None = None
+        self._http: httpx.Client | None = None
+        if transport is None and not config.proxy:
+            self._direct = KeepAlive(
+                self._base,
+                _verify(config),
+                config.tls_server_name,
+                connect_timeout=TIMEOUT.connect or 5.0,
+                read_timeout=TIMEOUT.read or 30.0,
+                max_idle=LIMITS.max_keepalive_connections or 16,
+            )
+            return
         if transport is None:
             transport = httpx.HTTPTransport(
                 verify=_verify(config),
@@ -70,7 +88,7 @@ class KubeApi:
         self._http = httpx.Client(
             transport=transport,
             timeout=TIMEOUT,
-            headers={"Accept": "application/json", "User-Agent": "loraflow-functions"},
+            headers=HEADERS,
             trust_env=False,
         )
 
@@ -91,6 +109,9 @@ class KubeApi:
         if body is not None:
             content = json.dumps(body, separators=(",", ":")).encode()
             headers["Content-Type"] = content_type
+        if self._http is None:
+            assert self._direct is not None  # one of the two, set in __init__
+            return _request_direct(self._direct, method, path, params, headers, content)
         response = self._http.request(
             method,
             self._base + path,
@@ -114,7 +135,29 @@ class KubeApi:
         return (url.host, port) if url.host else None
 
     def close(self) -> None:
-        self._http.close()
+        if self._direct is not None:
+            self._direct.close()
+        if self._http is not None:
+            self._http.close()
+
+
+def _request_direct(
+    direct: KeepAlive,
+    method: str,
+    path: str,
+    params: dict[str, Any] | None,
+    headers: dict[str, str],
+    content: bytes | None,
+) -> Obj:
+    target = path + ("?" + urlencode(params) if params else "")
+    answer = direct.request(method, target, {**HEADERS, **headers}, content)
+    if not 200 <= answer.status < 300:
+        raise ApiError(answer.status, answer.body.decode("utf-8", "replace"))
+    try:
+        decoded: Obj = json.loads(answer.body)
+    except ValueError as err:
+        raise httpx.DecodingError(f"answer is not JSON: {err}") from err
+    return decoded
 
 
 def _verify(config: KubeConfig) -> ssl.SSLContext:

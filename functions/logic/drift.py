@@ -17,20 +17,38 @@ for an adapter depends only on
 `Snapshot.lifecycle` and `Snapshot.serving` say which adapters a shard judges (the others are in
 it for their claims); the union of the shards' nudges is the whole world's
 (tests/unit/test_resync_shards.py holds them equal).
+
+Steady adapters (what almost every adapter of a large fleet is): `steady` proves, from the
+adapter, its ModelDeployments and the entries under its name, that the planner would nudge a
+vllm adapter for nothing, at a fraction of the planner's cost; `drift` leaves those out (with
+their listing entries) before it plans. Anything unusual about an adapter (a verdict, a pod not
+serving it, a copy elsewhere, a status load would rewrite, a duplicate, a garbled field) is
+simply not proven and goes to the planner, which gives it its verdict as before
+(tests/unit/test_resync_steady.py holds `drift` equal to `every_nudge`).
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Callable, Collection, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any, NamedTuple
 
 from functions.logic import conditions, facts, loaded, reasons, serving
 from functions.logic.adapter_config import VALID, ConfigVerdict
 from functions.logic.paths import is_subdomain
-from functions.logic.serving import AdapterKey, ListingFailure, Pod, Policy, Scope, TargetKey
+from functions.logic.serving import (
+    AdapterKey,
+    ListingFailure,
+    Pod,
+    PodReport,
+    Policy,
+    Scope,
+    ServingReport,
+    TargetKey,
+    TargetReport,
+)
 from functions.resources.kinds import FINALIZER, SGLANG_ADAPTER, VLLM_ADAPTER
 
 Obj = dict[str, Any]
@@ -146,10 +164,13 @@ def admit_reason(adapter: Obj, sglang: bool) -> str | None:
     return None
 
 
-def stored_config(obj: Obj) -> ConfigVerdict:
+def stored_config(obj: Obj, conditions_: Mapping[str, Obj] | None = None) -> ConfigVerdict:
     """Resync reads no adapter_config.json: a verdict about the files stays as load wrote it
-    (only new files, stat -> verify -> load, change it); otherwise the config counts as fine."""
-    loaded_condition = _conditions(obj).get(reasons.LOADED) or {}
+    (only new files, stat -> verify -> load, change it); otherwise the config counts as fine.
+    `conditions_`: the object's `_conditions`, when the caller has them."""
+    loaded_condition = (conditions_ if conditions_ is not None else _conditions(obj)).get(
+        reasons.LOADED
+    ) or {}
     reason = str(loaded_condition.get("reason") or "")
     if reason in reasons.CONFIG_VERDICTS:
         return ConfigVerdict(False, reason, str(loaded_condition.get("message") or ""))
@@ -187,9 +208,154 @@ def world_of(snapshot: Snapshot, policy: Policy) -> tuple[serving.World, dict[Ad
     return serving.World(adapters, targets, pods, policy), objects
 
 
+def steady(snapshot: Snapshot, mount_root: str) -> frozenset[AdapterKey]:
+    """The vllm adapters of `snapshot` the planner would nudge for nothing, proven cheaply.
+
+    Proven: not deleting, admitted at its generation, Ready for the file set its spec declares
+    (not ModelNotFound), no stored verdict about its files; named by at least one existing
+    ModelDeployment, each serving, of its model; every Ready pod of those listed and serving it
+    from its path and file set (as `status.served` records); no copy in our layout elsewhere; its
+    usedBy, served and Loaded exactly what load would write. Whatever is not proven (a
+    duplicate, an odd field) is left to the planner."""
+    if not snapshot.v1:
+        return frozenset()
+    targets: dict[TargetKey, serving.Target] = {}
+    for md in snapshot.deployments:
+        target = facts.deployment(md, default_rank=1 << 30)
+        targets[target.key] = target  # the last of a name, as world_of keeps it
+    naming: dict[Namespaced, list[serving.Target]] = defaultdict(list)
+    for target in sorted(targets.values(), key=lambda t: t.key.name):
+        for lora in dict.fromkeys(target.adapters):
+            naming[(target.key.namespace, lora)].append(target)
+    pods: dict[TargetKey, list[tuple[str, Listing]]] = {}
+    copies: dict[Namespaced, list[tuple[TargetKey, str, str]]] = defaultdict(list)
+    """(namespace, name) -> (target, pod, root) of every entry under that name."""
+    for (namespace, name), group in snapshot.md_pods.items():
+        md_key = TargetKey("ModelDeployment", namespace, name)
+        if md_key not in targets:
+            continue  # world_of keeps no pod of a target that does not exist
+        pods[md_key] = sorted(group.items())
+        for pod, listing in pods[md_key]:
+            for lora, root in (listing or {}).items():
+                copies[(namespace, lora)].append((md_key, pod, root))
+    expected: dict[tuple[TargetKey, ...], tuple[list[str], list[str], Mapping[str, Any]]] = {}
+    """ModelDeployments -> (usedBy, their pods, the Loaded load writes): alike for their adapters."""
+    seen: set[AdapterKey] = set()
+    twice: set[AdapterKey] = set()
+    proven: set[AdapterKey] = set()
+    for obj in snapshot.v1:
+        conditions_ = _conditions(obj)
+        config = stored_config(obj, conditions_)
+        adapter = facts.vllm_adapter(obj, mount_root, config)
+        key = adapter.key
+        if key in seen:
+            twice.add(key)  # world_of keeps the last of a name: the planner judges duplicates
+        seen.add(key)
+        if adapter.serve != "serve" or not config.ok or adapter.deleting or not adapter.model:
+            continue
+        if admit_reason(obj, sglang=False) is not None:
+            continue
+        if (conditions_.get(reasons.READY) or {}).get("reason") == reasons.MODEL_NOT_FOUND:
+            continue
+        mds = naming.get((key.namespace, key.name))
+        if not mds or any(not md.serves or adapter.model != md.model for md in mds):
+            continue
+        if not _serves_everywhere(adapter, mds, pods, copies.get((key.namespace, key.name), ()), mount_root):
+            continue
+        named = tuple(md.key for md in mds)
+        if named not in expected:
+            expected[named] = _expected_status(key, named, pods)
+        used_by, pod_names, want = expected[named]
+        status = facts.status(obj)
+        if sorted(status.get("usedBy") or []) != used_by:
+            continue
+        served = [{"pod": pod, "fileSet": adapter.file_set} for pod in pod_names]
+        have = conditions_.get(reasons.LOADED) or {}
+        if _served_differ(status, served) or _loaded_differs(have, want):
+            continue
+        proven.add(key)
+    return frozenset(proven - twice)
+
+
+def _expected_status(
+    key: AdapterKey, named: tuple[TargetKey, ...], pods: Mapping[TargetKey, Sequence[tuple[str, Listing]]]
+) -> tuple[list[str], list[str], Mapping[str, Any]]:
+    """(usedBy, pods, Loaded) load writes for an adapter every pod of `named` serves (as
+    `stale_status` has them from the serving report)."""
+    targets = tuple(
+        TargetReport(
+            md, None, tuple(PodReport(pod, "serving", reasons.POD_PRESENT) for pod, _ in pods.get(md, ()))
+        )
+        for md in named
+    )
+    served = {pod: "" for md in named for pod, _ in pods.get(md, ())}
+    fields = loaded.vllm_serving(
+        ServingReport(key, targets, served, (), ()), [md.name for md in named], "serve", True
+    )
+    return fields.used_by, [str(s["pod"]) for s in fields.served or []], _loaded(fields.loaded, {})
+
+
+def _serves_everywhere(
+    adapter: serving.Adapter,
+    mds: Sequence[serving.Target],
+    pods: Mapping[TargetKey, Sequence[tuple[str, Listing]]],
+    copies: Sequence[tuple[TargetKey, str, str]],
+    mount_root: str,
+) -> bool:
+    """Every Ready pod of `mds` serves the adapter's current copy, and no other pod holds a copy
+    the planner would call ours (it would unload it)."""
+    name = adapter.key.name
+    for md in mds:
+        for pod, listing in pods.get(md.key, ()):
+            root = listing.get(name) if listing is not None else None
+            if root is None or not serving.same_path(root, adapter.lora_path):
+                return False
+            if adapter.served.get(pod) != adapter.file_set:
+                return False
+    naming = {md.key for md in mds}
+    for target, _, root in copies:
+        if target not in naming:
+            owner = serving.vllm_layout_owner(root, adapter.key.namespace, mount_root)
+            if owner is not None and owner[1] == name:
+                return False
+    return True
+
+
+def without(snapshot: Snapshot, keys: frozenset[AdapterKey]) -> Snapshot:
+    """`snapshot` without the vllm adapters `keys` and their entries in the ModelDeployments' pods."""
+    if not keys:
+        return snapshot
+    gone: dict[str, set[str]] = defaultdict(set)
+    for key in keys:
+        gone[key.namespace].add(key.name)
+    v1 = [
+        obj
+        for obj in snapshot.v1
+        if AdapterKey("vllm", facts.namespace_of(obj), facts.name_of(obj)) not in keys
+    ]
+    md_pods: dict[Namespaced, dict[str, Listing]] = {}
+    for (namespace, name), group in snapshot.md_pods.items():
+        drop = gone.get(namespace)
+        md_pods[(namespace, name)] = {
+            pod: {n: r for n, r in listing.items() if n not in drop}
+            if listing is not None and drop
+            else listing
+            for pod, listing in group.items()
+        }
+    return replace(snapshot, v1=v1, md_pods=md_pods)
+
+
 def drift(snapshot: Snapshot, mount_root: str, restat: str | None = None) -> list[Nudge]:
     """`restat`: a reason to nudge stat for every admitted seed-1 adapter whatever its state (a
-    full resync: storage changes may have gone unnoticed, and a Ready adapter's files too)."""
+    full resync: storage changes may have gone unnoticed, and a Ready adapter's files too).
+    The same nudges as `every_nudge`; the adapters `steady` proves in sync are not planned."""
+    if restat is None:  # a full resync nudges stat for every admitted adapter: none is steady
+        snapshot = without(snapshot, steady(snapshot, mount_root))
+    return every_nudge(snapshot, mount_root, restat)
+
+
+def every_nudge(snapshot: Snapshot, mount_root: str, restat: str | None = None) -> list[Nudge]:
+    """The planner over every adapter of the snapshot (what `drift` answers, the definition)."""
     nudges: dict[tuple[str, str, str, str], list[str]] = defaultdict(list)
     judged = {"lifecycle": snapshot.lifecycle, "serving": snapshot.serving}
 
@@ -327,14 +493,23 @@ def stale_status(
         return None
     if missing_load_time:
         return "lastLoadedAt is missing though a pod serves it"
+    if key.kind == "vllm" and adapter.serve == "serve":
+        differs = _served_differ(status, served)
+        if differs:
+            return differs
+    return _loaded_differs(have, want)
+
+
+def _served_differ(status: Mapping[str, Any], served: list[Obj]) -> str | None:
     recorded = status.get("served") or []
-    if (
-        key.kind == "vllm"
-        and adapter.serve == "serve"
-        and recorded != served  # load writes them sorted: equal lists are the common case
-        and _served(status) != _served({"served": served})
-    ):
+    # load writes them sorted: equal lists are the common case
+    if recorded != served and _served(status) != _served({"served": served}):
         return "served records differ from the pods' listings"
+    return None
+
+
+def _loaded_differs(have: Mapping[str, Any], want: Mapping[str, Any]) -> str | None:
+    """What of the Loaded condition `have` differs from the one load would write (`want`)."""
     if want.get("reason") == reasons.NOT_REFERENCED and have.get("reason") != reasons.NOT_REFERENCED:
         # stale, or never written: the adapter.ready delivery that would have said so was lost
         return "Loaded is stale or missing: no ModelDeployment names it"

@@ -1,0 +1,169 @@
+"""functions.adapters.keepalive over real sockets: connections kept and reused, a kept one the
+server closed is replaced without failing the request, TLS checks the name asked for, and every
+failure arrives as httpx's transport errors (what functions.adapters.kube translates)."""
+
+from __future__ import annotations
+
+import socket
+import ssl
+import threading
+import time
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+import httpx
+import pytest
+
+from devstack.standins.kube import KubeServer
+from functions.adapters.keepalive import KeepAlive
+
+
+class Counting(ThreadingHTTPServer):
+    daemon_threads = True
+
+    def __init__(self, close_after_answer: bool = False) -> None:
+        self.connections = 0
+        self.close_after_answer = close_after_answer
+        super().__init__(("127.0.0.1", 0), Handler)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.server_address[1]}"
+
+
+class Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    server: Counting
+
+    def setup(self) -> None:
+        super().setup()
+        self.server.connections += 1
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+    def do_GET(self) -> None:
+        body = f"{self.path} {self.headers.get('X-Test', '')}".encode()
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+        self.wfile.flush()
+        if self.server.close_after_answer:
+            # gone without saying so (no Connection: close): an idle timeout, a restart
+            self.close_connection = True
+
+
+@pytest.fixture
+def server() -> Iterator[Counting]:
+    with Counting() as running:
+        thread = threading.Thread(target=running.serve_forever, daemon=True)
+        thread.start()
+        yield running
+        running.shutdown()
+
+
+def test_one_connection_carries_request_after_request(server: Counting) -> None:
+    client = KeepAlive(server.url + "/base/")
+    answers = [client.request("GET", f"/p{i}?q=1", {"X-Test": str(i)}, None) for i in range(20)]
+    assert [a.body for a in answers] == [f"/base/p{i}?q=1 {i}".encode() for i in range(20)]
+    assert {a.status for a in answers} == {200}
+    assert server.connections == 1
+    client.close()
+
+
+def test_a_kept_connection_the_server_closed_is_replaced(server: Counting) -> None:
+    server.close_after_answer = True
+    client = KeepAlive(server.url)
+    for i in range(5):
+        assert client.request("GET", f"/{i}", {}, None).body == f"/{i} ".encode()
+        time.sleep(0.02)  # the server's close reaches us: the next request sees a readable socket
+    assert server.connections == 5
+
+
+def test_a_connection_closed_right_under_the_request_is_retried_once() -> None:
+    """The close races the next request (nothing readable yet when it is sent): one retry on a
+    new connection, and the caller never sees the stale socket."""
+    listener = socket.create_server(("127.0.0.1", 0))
+    port = listener.getsockname()[1]
+    answered = []
+
+    def serve() -> None:
+        for index in range(3):
+            conn, _ = listener.accept()
+            conn.recv(65536)
+            if index == 0:
+                conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+                conn.recv(65536)  # the second request arrives on the kept connection...
+                conn.close()  # ...and is dropped unanswered
+            else:
+                conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nagain")
+                answered.append(index)
+                conn.close()
+                return
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    client = KeepAlive(f"http://127.0.0.1:{port}")
+    assert client.request("GET", "/", {}, None).body == b"ok"
+    assert client.request("GET", "/", {}, None).body == b"again"
+    thread.join(5)
+    assert answered == [1]
+    listener.close()
+
+
+def test_a_new_connection_that_fails_is_a_transport_error_not_a_retry_loop() -> None:
+    listener = socket.create_server(("127.0.0.1", 0))
+    port = listener.getsockname()[1]
+    accepted = []
+
+    def serve() -> None:
+        while True:
+            try:
+                conn, _ = listener.accept()
+            except OSError:
+                return
+            accepted.append(1)
+            conn.close()
+
+    threading.Thread(target=serve, daemon=True).start()
+    with pytest.raises(httpx.TransportError):
+        KeepAlive(f"http://127.0.0.1:{port}").request("GET", "/", {}, None)
+    listener.close()
+    assert len(accepted) == 1
+
+
+def test_nobody_listening_is_a_transport_error() -> None:
+    with socket.create_server(("127.0.0.1", 0)) as probe:
+        port = probe.getsockname()[1]
+    with pytest.raises(httpx.TransportError):
+        KeepAlive(f"http://127.0.0.1:{port}").request("GET", "/", {}, None)
+
+
+def test_an_answer_that_never_comes_is_a_timeout() -> None:
+    listener = socket.create_server(("127.0.0.1", 0))
+    held: list[socket.socket] = []
+    threading.Thread(target=lambda: held.append(listener.accept()[0]), daemon=True).start()
+    client = KeepAlive(f"http://127.0.0.1:{listener.getsockname()[1]}", read_timeout=0.3)
+    started = time.monotonic()
+    with pytest.raises(httpx.TimeoutException):
+        client.request("GET", "/", {}, None)
+    assert time.monotonic() - started < 5
+    listener.close()
+
+
+def test_tls_checks_the_name_asked_for() -> None:
+    """Over the API stand-in's TLS: the certificate is checked against `server_name` (a
+    kubeconfig's tls-server-name) when given, else against the host of the URL."""
+    with KubeServer(tls=True) as kube:
+        assert kube.tls is not None
+        context = ssl.create_default_context(cadata=kube.tls.ca_pem.decode())
+        url = kube.url.replace("127.0.0.1", "localhost")
+        headers = {"Authorization": f"Bearer {kube.admin_token}"}
+        assert KeepAlive(url, context).request("GET", "/api/v1/namespaces", headers, None).status == 200
+        by_name = KeepAlive(kube.url, context, server_name="localhost")
+        assert by_name.request("GET", "/api/v1/namespaces", headers, None).status == 200
+        wrong = KeepAlive(kube.url, context, server_name="api.elsewhere.example")
+        with pytest.raises(httpx.TransportError, match="certificate"):
+            wrong.request("GET", "/api/v1/namespaces", headers, None)
