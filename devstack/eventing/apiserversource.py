@@ -129,6 +129,8 @@ class _ResourceWatch:
         self._stop = threading.Event()
         self._watch: watch.Watch | None = None
         self._rv = ""
+        self.expired = 0
+        """Watches that ended in 410 Gone: the events between were never sent (informer semantics)."""
         self._thread = threading.Thread(
             target=self._run, name=f"apiserversource-{resource.kind}", daemon=True
         )
@@ -166,7 +168,8 @@ class _ResourceWatch:
                     self._on_event(kind, obj)
             except client.ApiException as err:
                 if err.status == 410:
-                    log.info("%s watch expired (410): relisting without events", self.resource.kind)
+                    self.expired += 1
+                    log.warning("%s watch expired (410): relisting without events", self.resource.kind)
                     self._relist_quietly()
                     continue
                 log.warning("%s watch failed: %s", self.resource.kind, err)
@@ -235,6 +238,13 @@ class ApiServerSource:
         self.source_url = source_url
         self._watches = [_ResourceWatch(api, r, self._emit) for r in self.resources]
         self.sent = 0
+        self.unsent = 0
+        """Events the sink refused or never answered after every retry: lost, no dead letter."""
+
+    @property
+    def expired(self) -> int:
+        """Watches of this source that expired (410 Gone) and were relisted without events."""
+        return sum(w.expired for w in self._watches)
 
     def start(self) -> ApiServerSource:
         for w in self._watches:
@@ -253,3 +263,5 @@ class ApiServerSource:
             return
         if self._sink.send(resource_event(VERBS[watch_type], obj, self.source_url)):
             self.sent += 1
+        else:
+            self.unsent += 1

@@ -38,16 +38,17 @@ from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
-import httpx
 from cloudevents.conversion import to_binary, to_structured
 from cloudevents.exceptions import GenericException
 from cloudevents.http import CloudEvent, from_http
 
 from devstack.eventing.triggers import Trigger
+from devstack.keepalive import Answer, Pools, SendError
+from devstack.oneshot import OneWriteHandler
 from functions import tracing
 from functions.tracing import Trace
 
@@ -198,40 +199,6 @@ class _Outcome:
         return self.status is None or self.status >= 500 or self.status in RETRIED_STATUSES
 
 
-class _ThreadClients:
-    """One keep-alive httpx.Client per delivery thread. A single client shared by 32 workers
-    spends more of the broker's time in its connection pool (a lock, and a scan of every
-    connection on each request and each close) than in the deliveries themselves; a client of
-    its own per thread finds its connection to a subscriber without asking the others. The
-    wire is the same: HTTP/1.1 keep-alive to each subscriber, as the Go broker's transport."""
-
-    def __init__(self, timeout_s: float) -> None:
-        self._timeout_s = timeout_s
-        self._local = threading.local()
-        self._all: list[httpx.Client] = []
-        self._lock = threading.Lock()
-        self._closed = False
-
-    def get(self) -> httpx.Client:
-        found: httpx.Client | None = getattr(self._local, "client", None)
-        if found is None:
-            found = httpx.Client(timeout=self._timeout_s)
-            with self._lock:
-                if self._closed:
-                    found.close()
-                    raise httpx.TransportError("broker stopped")
-                self._all.append(found)
-            self._local.client = found
-        return found
-
-    def close(self) -> None:
-        with self._lock:
-            self._closed = True
-            clients, self._all = self._all, []
-        for each in clients:
-            each.close()
-
-
 # -- the broker -------------------------------------------------------------------------------------
 class Broker:
     """One broker (`name`) routing to `triggers`; `resolve` turns a Destination into a URL."""
@@ -264,7 +231,7 @@ class Broker:
         self._busy = 0
         self._last_activity = time.monotonic()
         self.set_faults(faults)
-        self._clients = _ThreadClients(default_timeout_s)
+        self._clients = Pools(default_timeout_s)
         self._scheduler: _Scheduler | None = None
         self._server = _Server((host, port), _Handler)
         self._server.broker = self
@@ -403,12 +370,12 @@ class Broker:
             headers.update(task.trace.attributes())
         timeout = delivery.timeout_s or self.default_timeout_s
         try:
-            response = self._clients.get().post(task.url, headers=headers, content=body, timeout=timeout)
-        except httpx.HTTPError as err:
-            return _Outcome(None, error=f"{type(err).__name__}: {err}")
-        if not 200 <= response.status_code < 300:
-            return _Outcome(response.status_code, response.content)
-        return _reply_outcome(response)
+            answer = self._clients.post(task.url, headers, body, timeout=timeout)
+        except SendError as err:
+            return _Outcome(None, error=str(err))
+        if not 200 <= answer.status < 300:
+            return _Outcome(answer.status, answer.body)
+        return _reply_outcome(answer)
 
     def _succeed(self, task: _Task, outcome: _Outcome) -> None:
         self._count("delivered")
@@ -442,8 +409,8 @@ class Broker:
         if task.trace is not None:
             headers.update(task.trace.attributes())
         try:
-            self._clients.get().post(url, headers=headers, content=body)
-        except httpx.HTTPError as err:
+            self._clients.post(url, headers, body)
+        except SendError as err:
             log.warning("dead-letter sink %s unreachable: %s", url, err)
         self._count("dead_lettered")
         self.log.add(task.event, "dead-lettered", task.trace, dead_letter=url, **fields)
@@ -479,25 +446,25 @@ def _copy(event: CloudEvent) -> CloudEvent:
     return CloudEvent(dict(event.get_attributes()), event.get_data())
 
 
-def _is_cloudevent_response(headers: httpx.Headers) -> bool:
+def _is_cloudevent_response(headers: Mapping[str, str]) -> bool:
     return "ce-specversion" in headers or headers.get("content-type", "").startswith(
         "application/cloudevents+json"
     )
 
 
-def _reply_outcome(response: httpx.Response) -> _Outcome:
+def _reply_outcome(answer: Answer) -> _Outcome:
     """2xx: empty body = done; a CloudEvent = reply; anything else = failure (the MT broker's
     filter answers 502 "received a non-empty response not recognized as CloudEvent")."""
-    body = response.content
-    if _is_cloudevent_response(response.headers):
+    body = answer.body
+    if _is_cloudevent_response(answer.headers):
         try:
-            reply = from_http(dict(response.headers.items()), body)
+            reply = from_http(answer.headers, body)
         except GenericException as err:
             return _Outcome(502, body, error=f"invalid CloudEvent reply: {err}")
-        return _Outcome(response.status_code, reply=reply)
+        return _Outcome(answer.status, reply=reply)
     if body:
         return _Outcome(502, body, error="non-empty response not recognized as CloudEvent")
-    return _Outcome(response.status_code)
+    return _Outcome(answer.status)
 
 
 def parse_request(headers: Mapping[str, str], body: bytes) -> CloudEvent:
@@ -523,7 +490,7 @@ class BrokerClient:
         self.url = url
         self.retries = retries
         self.backoff_s = backoff_s
-        self._http = httpx.Client(timeout=timeout_s)
+        self._http = Pools(timeout_s)
         self._closed = threading.Event()
 
     def send(self, event: CloudEvent) -> bool:
@@ -532,8 +499,8 @@ class BrokerClient:
         headers.update((trace or tracing.new_trace()).attributes())
         for attempt in range(self.retries + 1):
             try:
-                status = self._http.post(self.url, headers=headers, content=body).status_code
-            except httpx.HTTPError as err:
+                status = self._http.post(self.url, headers, body).status
+            except SendError as err:
                 status, error = 0, str(err)
             else:
                 error = f"HTTP {status}"
@@ -559,7 +526,7 @@ class _Server(ThreadingHTTPServer):
     broker: Broker
 
 
-class _Handler(BaseHTTPRequestHandler):
+class _Handler(OneWriteHandler):
     protocol_version = "HTTP/1.1"
     disable_nagle_algorithm = True  # headers and body go out in two writes: no 40 ms delayed ACK
     server: _Server

@@ -23,7 +23,7 @@ from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-import httpx
+from devstack.keepalive import Pools, SendError
 
 FORWARDED = ("Content-Type", "Authorization", "User-Agent")
 
@@ -32,7 +32,9 @@ class WebhookRelay:
     def __init__(self, host: str = "127.0.0.1", timeout: float = 10.0) -> None:
         self._subscribers: list[str] = []
         self._lock = threading.Lock()
-        self._http = httpx.Client(timeout=timeout)
+        # pooled http.client, not httpx: the relay shares its interpreter with every stand-in,
+        # and an upload storm forwards two notifications per adapter (devstack.keepalive)
+        self._http = Pools(timeout)
         self.delivered = 0
         self._seen: deque[str] = deque(maxlen=256)
         self._seen_changed = threading.Condition(self._lock)
@@ -88,8 +90,8 @@ class WebhookRelay:
         worst = 503 if not targets else 0
         for url in targets:
             try:
-                status = self._http.post(url, content=body, headers=headers).status_code
-            except httpx.HTTPError:
+                status = self._http.post(url, headers, body).status
+            except SendError:
                 status = 502
             worst = max(worst, status)
         with self._seen_changed:

@@ -21,11 +21,12 @@ from collections import OrderedDict, deque
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from email.message import Message
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import ThreadingHTTPServer
 from pathlib import Path
 from socketserver import TCPServer
 from typing import Any, ClassVar, Literal
 
+from devstack.oneshot import OneWriteHandler
 from devstack.standins.engines.faults import Fault, FaultSet
 
 JSON = "application/json"
@@ -271,7 +272,7 @@ class FilerReader:
 # --------------------------------------------------------------------------------------------
 
 
-class _Handler(BaseHTTPRequestHandler):
+class _Handler(OneWriteHandler):
     protocol_version = "HTTP/1.1"  # keep-alive
     server_version = "uvicorn"
     sys_version = ""

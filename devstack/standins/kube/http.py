@@ -9,9 +9,10 @@ import socket
 import ssl
 import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import ThreadingHTTPServer
 from typing import Any
 
+from devstack.oneshot import OneWriteHandler
 from devstack.standins.kube.api import Api, Response
 from devstack.standins.kube.routing import Request
 
@@ -47,7 +48,7 @@ class KubeHTTPServer(ThreadingHTTPServer):
                     connection.shutdown(socket.SHUT_RDWR)
 
 
-class Handler(BaseHTTPRequestHandler):
+class Handler(OneWriteHandler):
     """Translates HTTP requests to `Api.handle` and writes JSON or chunked watch streams."""
 
     protocol_version = "HTTP/1.1"
@@ -115,6 +116,7 @@ class Handler(BaseHTTPRequestHandler):
             self.send_header(name, value)
         self.end_headers()
         self.wfile.write(payload)
+        self.wfile.flush()  # now, not after `_serve`: the request's CPU includes its write
 
     def _alive(self) -> bool:
         """The client has not closed its end (a readable socket with no data = EOF)."""

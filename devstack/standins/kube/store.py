@@ -121,7 +121,14 @@ class Store:
     """Objects by resource, one global resourceVersion counter, and watch notification."""
 
     def __init__(self, history: int = 10000, max_request_bytes: int = ETCD_MAX_REQUEST_BYTES) -> None:
-        self.cond = threading.Condition(threading.RLock())
+        self._lock = threading.RLock()
+        self.cond = threading.Condition(self._lock)
+        # A condition per resource on the store's lock: a commit wakes only the watches of its
+        # own resource, as kube-apiserver keeps a watch cache (cacher.Cacher) per resource and
+        # dispatches each event to that resource's watchers only. One condition for all had
+        # every watch thread (the sources', the workload's, the functions') wake for every
+        # write, which in an upload storm cost the stand-in more than the writes themselves.
+        self._changed: dict[Key, threading.Condition] = {}
         self.max_request_bytes = max_request_bytes  # etcd's --max-request-bytes; tests lower it
         self._objects: dict[Key, dict[Key, JSON]] = {}
         # Each resource's object keys in (namespace, name) order, as etcd orders its keys
@@ -294,12 +301,26 @@ class Store:
             bucket[obj_key] = obj
         self._history.append(WatchEvent(self._rv, key, event_type, obj, prev))
         self.cond.notify_all()
+        changed = self._changed.get(key)
+        if changed is not None:
+            changed.notify_all()
         return obj
+
+    def changed(self, key: Key) -> threading.Condition:
+        """The condition notified on every commit to resource `key` (and on close); it shares
+        the store's lock, so `with store.changed(k):` also holds `store.cond`."""
+        with self.cond:
+            found = self._changed.get(key)
+            if found is None:
+                found = self._changed[key] = threading.Condition(self._lock)
+            return found
 
     def close(self) -> None:
         with self.cond:
             self.closed = True
             self.cond.notify_all()
+            for changed in self._changed.values():
+                changed.notify_all()
 
     # ------------------------------------------------------------ create
 

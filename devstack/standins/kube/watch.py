@@ -126,6 +126,7 @@ class WatchStream:
 
     def _wait(self, cursor: int, deadline: float | None) -> None:
         timeout = POLL_S if deadline is None else max(0.0, min(POLL_S, deadline - time.monotonic()))
-        with self.store.cond:
+        changed = self.store.changed(self.spec.rtype.key)  # woken by this resource's writes only
+        with changed:
             if self.store.resource_version <= cursor and not self.store.closed:
-                self.store.cond.wait(timeout)
+                changed.wait(timeout)
