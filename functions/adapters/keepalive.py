@@ -8,9 +8,11 @@ from a small last-in-first-out stack of idle ones, so the hottest connection (an
 session) is reused and at most `max_idle` stay open.
 
 A kept connection the server has closed meanwhile (its idle timeout, a restart) shows as
-readable before it is reused and is dropped; one that fails before any answer arrived is
-retried once on a new connection, as a stale keep-alive socket is not the server's answer.
-Failures are raised as httpx's transport errors, so callers handle both transports alike.
+readable before it is reused and is dropped (as httpcore and Go's transport check theirs); one
+that fails before any answer arrived is retried once on a new connection, as a stale
+keep-alive socket is not the server's answer (`replay=False`: reported instead). Failures are
+raised as httpx's transport errors, so callers handle both transports alike. The embedded
+stack's stand-ins send through the same connections (devstack/keepalive.py).
 """
 
 from __future__ import annotations
@@ -33,6 +35,8 @@ STALE = (ConnectionError, http.client.RemoteDisconnected, http.client.BadStatusL
 class Answer(NamedTuple):
     status: int
     body: bytes
+    headers: Mapping[str, str]
+    """Lower-cased names; a repeated header's values joined by ", " (RFC 9110 5.3)."""
 
 
 class _Connection(http.client.HTTPConnection):
@@ -78,7 +82,10 @@ class KeepAlive:
         connect_timeout: float = 5.0,
         read_timeout: float = 30.0,
         max_idle: int = 16,
+        replay: bool = True,
     ) -> None:
+        """`replay`: send a request again, once, when a kept connection fails before any answer
+        (False: report it, as Go's transport does for a POST)."""
         parts = urlsplit(base_url)
         if parts.scheme not in ("http", "https") or not parts.hostname:
             raise ValueError(f"not an http(s) server address: {base_url[:100]!r}")
@@ -89,6 +96,7 @@ class KeepAlive:
         self._server_name = server_name
         self._timeouts = (connect_timeout, read_timeout)
         self._max_idle = max_idle
+        self._replay = replay
         self._idle: list[_Connection] = []
         self._lock = threading.Lock()
 
@@ -107,7 +115,7 @@ class KeepAlive:
             try:
                 answer = self._round_trip(connection, method, target, headers, body, timeout)
             except STALE:
-                if not reused:
+                if not (reused and self._replay):
                     raise
                 connection.close()  # the server closed it while it was idle: once more, anew
                 connection = self._new()
@@ -143,7 +151,7 @@ class KeepAlive:
         content = response.read()
         if response.will_close:
             connection.close()
-        return Answer(response.status, content)
+        return Answer(response.status, content, _headers(response.msg))
 
     def _take(self) -> tuple[_Connection, bool]:
         while True:
@@ -169,6 +177,14 @@ class KeepAlive:
                 self._idle.append(connection)
                 return
         connection.close()
+
+
+def _headers(message: http.client.HTTPMessage) -> dict[str, str]:
+    found: dict[str, str] = {}
+    for name, value in message.items():
+        key = name.lower()
+        found[key] = f"{found[key]}, {value}" if key in found else value
+    return found
 
 
 def _readable(sock: socket.socket) -> bool:

@@ -229,7 +229,7 @@ class FilerStorage:
         try:
             if self._direct is not None:
                 target = f"{quote_path(directory)}?{urllib.parse.urlencode(params)}"
-                status, content = self._direct.request("GET", target, headers, None)
+                status, content, _ = self._direct.request("GET", target, headers, None)
             else:
                 response = self._http.get(quote_path(directory), params=params, headers=headers)
                 status, content = response.status_code, response.content
