@@ -14,6 +14,7 @@ but cannot deadlock.
 
 from __future__ import annotations
 
+import itertools
 from collections import deque
 from collections.abc import Callable, Iterable
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
@@ -48,6 +49,33 @@ def bounded_map(items: Iterable[T], call: Callable[[T], R], width: int) -> list[
         running.add(future)
     wait(running)
     return [(item, future.result()) for item, future in zip(work, futures, strict=True)]
+
+
+def run_tasks(tasks: Iterable[Task], width: int) -> None:
+    """Run `tasks` as they come, at most `width` at a time (the caller plans the next one while
+    the first run); a lone task runs inline, on the caller's thread. Every task runs; the first
+    failure in order is raised once all have finished."""
+    pending = iter(tasks)
+    first = next(pending, None)
+    second = next(pending, None) if first is not None else None
+    if first is None:
+        return
+    if second is None:
+        first()
+        return
+    width = max(1, width)
+    futures: list[Future[None]] = []
+    running: set[Future[None]] = set()
+    for task in itertools.chain((first, second), pending):
+        if len(running) >= width:
+            _, still = wait(running, return_when=FIRST_COMPLETED)
+            running = set(still)
+        future = _pool.submit(task)
+        futures.append(future)
+        running.add(future)
+    wait(running)
+    for future in futures:
+        future.result()
 
 
 def pipeline(items: Iterable[T], observe: Callable[[T], list[Task]], width: int) -> None:

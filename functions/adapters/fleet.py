@@ -23,7 +23,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from functools import partial
 from typing import Any, NamedTuple
 
-from functions.adapters.concurrency import Task, bounded_map, pipeline
+from functions.adapters.concurrency import Task, bounded_map, pipeline, run_tasks
 from functions.edge.bootstrap import Deps
 from functions.logic import adapter_config, facts, reasons, serving
 from functions.logic.loaded import FAILING, describe_failures, sglang_status, vllm_status
@@ -339,9 +339,9 @@ def execute(deps: Deps, observed: Observed, desire: Desire | None = None) -> Exe
         return [partial(run, a) for a in serving.plan_pod(world, desire, pod, observed.scope)]
 
     pods = [pod for target in sorted(world.pods) for pod in world.pods[target]]
-    # planned from what is known (no I/O), so only the calls need threads: none when all is served
-    planned = [task for pod in pods for task in per_pod(pod, fetch=False)]
-    bounded_map(planned, lambda task: task(), width)
+    # planned from what is known (no I/O), pod after pod while the first calls run: only the
+    # calls need threads (none when all is served)
+    run_tasks((task for pod in pods for task in per_pod(pod, fetch=False)), width)
     # "already loaded" to a load made without a listing: the pod holds the name. Our status says
     # whether we put that file set there; if it does not, the pod is listed and planned again.
     confirmed: dict[tuple[TargetKey, str], dict[str, str]] = {}

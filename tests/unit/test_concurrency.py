@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 import pytest
 
-from functions.adapters.concurrency import bounded_map, pipeline
+from functions.adapters.concurrency import bounded_map, pipeline, run_tasks
 
 
 class InFlight:
@@ -138,3 +138,42 @@ def test_a_failed_listing_queues_no_load_and_the_rest_run() -> None:
     with pytest.raises(ConnectionError):
         pipeline(range(4), observe, 2)
     assert sorted(loaded) == [0, 2, 3]
+
+
+def test_run_tasks_starts_calls_while_the_rest_is_still_being_planned() -> None:
+    """The first task runs while the generator is still planning the others (a fan-out's first
+    loads start before its 50th pod is planned); the width holds and every task runs."""
+    in_flight, started, ran = InFlight(), threading.Event(), []
+
+    def task(index: int) -> None:
+        with in_flight:
+            started.set()
+            time.sleep(0.005)
+        ran.append(index)
+
+    def planned() -> Iterator[Callable[[], None]]:
+        for index in range(8):
+            if index == 5:
+                assert started.wait(5), "no task started before the plan was complete"
+            yield lambda index=index: task(index)
+
+    run_tasks(planned(), 3)
+    assert sorted(ran) == list(range(8))
+    assert in_flight.most <= 3
+
+
+def test_run_tasks_runs_a_lone_task_on_the_callers_thread_and_raises_failures_last() -> None:
+    where: list[str] = []
+    run_tasks([lambda: where.append(threading.current_thread().name)], 10)
+    assert where == [threading.current_thread().name]
+    ran: list[int] = []
+
+    def failing(index: int) -> None:
+        ran.append(index)
+        if index == 0:
+            raise RuntimeError("engine exploded")
+
+    with pytest.raises(RuntimeError, match="exploded"):
+        run_tasks([lambda i=i: failing(i) for i in range(4)], 2)
+    assert sorted(ran) == [0, 1, 2, 3]
+    run_tasks([], 4)  # nothing planned: nothing runs, nothing raised
