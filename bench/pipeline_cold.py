@@ -24,7 +24,7 @@ from bench import cold_start
 from bench import world as w
 from bench.activator import ActivatedStack
 from bench.common import Result, median_of
-from bench.upload_latency import Probe, _deployment, _measure_one, _ready_pods
+from bench.upload_latency import Probe, create_deployment, measure_one, ready_pods
 from tests.support.wait import eventually
 
 COLD = ("admit", "stat", "verify", "load")
@@ -41,7 +41,7 @@ def _one(stack: ActivatedStack, probe: Probe, name: str, cold: bool) -> dict[str
         if cold:
             host.scale_to_zero(COLD)
 
-    ready_s, served_s = _measure_one(stack, probe, name, before_last=scale_to_zero, timeout=60)
+    ready_s, served_s = measure_one(stack, probe, name, before_last=scale_to_zero, timeout=60)
     return {
         "served_s": served_s,
         "ready_s": ready_s,
@@ -59,9 +59,9 @@ def run(smoke: bool) -> Result:
     with stack:
         deployment = f"d{REPLICAS}"
         names = [f"c{i}" for i in range(2 * repeats + 1)]  # +1: a warm-up, dropped
-        _deployment(stack, REPLICAS, names)
+        create_deployment(stack, REPLICAS, names)
         eventually(
-            lambda: _ready_pods(stack, deployment) == REPLICAS, 60, what="replicas Ready", interval=0.05
+            lambda: ready_pods(stack, deployment) == REPLICAS, 60, what="replicas Ready", interval=0.05
         )
         stack.settle(timeout=30, quiet=0.3)
         probe = Probe(stack, deployment)

@@ -47,7 +47,7 @@ NS = "default"
 MERGE = {"Content-Type": "application/merge-patch+json"}
 
 
-def _files(name: str) -> dict[str, bytes]:
+def adapter_files(name: str) -> dict[str, bytes]:
     base = f"/loraadapters/{NS}/{w.MODEL}/{name}/"
     return {
         base + "adapter_config.json": json.dumps({"peft_type": "LORA", "r": 8}).encode(),
@@ -55,7 +55,7 @@ def _files(name: str) -> dict[str, bytes]:
     }
 
 
-def _md5s(files: dict[str, bytes]) -> dict[str, str]:
+def md5s_of(files: dict[str, bytes]) -> dict[str, str]:
     return {p: hashlib.md5(c, usedforsecurity=False).hexdigest() for p, c in files.items()}
 
 
@@ -81,7 +81,7 @@ class Probe:
         return bool(self.replicas) and all(name in r.loaded for r in self.replicas)
 
 
-def _deployment(stack: Stack, replicas: int, adapters: list[str]) -> None:
+def create_deployment(stack: Stack, replicas: int, adapters: list[str]) -> None:
     custom = stack.custom
     with contextlib.suppress(Exception):  # already there (second size in the same stack)
         custom.create_namespaced_custom_object(
@@ -110,7 +110,7 @@ def _deployment(stack: Stack, replicas: int, adapters: list[str]) -> None:
     )
 
 
-def _ready_pods(stack: Stack, deployment: str) -> int:
+def ready_pods(stack: Stack, deployment: str) -> int:
     pods = stack.workload.pods(NS, f"{MODEL_DEPLOYMENT_LABEL}={deployment}")
     ready = 0
     for pod in pods:
@@ -120,7 +120,7 @@ def _ready_pods(stack: Stack, deployment: str) -> int:
     return ready
 
 
-def _create_adapter(stack: Stack, name: str, md5s: dict[str, str]) -> None:
+def create_adapter(stack: Stack, name: str, md5s: dict[str, str]) -> None:
     stack.custom.create_namespaced_custom_object(
         VLLM_ADAPTER.group,
         VLLM_ADAPTER.version,
@@ -135,7 +135,7 @@ def _create_adapter(stack: Stack, name: str, md5s: dict[str, str]) -> None:
     )
 
 
-def _measure_one(
+def measure_one(
     stack: Stack,
     probe: Probe,
     name: str,
@@ -144,8 +144,8 @@ def _measure_one(
 ) -> tuple[float, float]:
     """(seconds to Ready, seconds to Ready and loaded everywhere) from the last file's write;
     `before_last` runs once the stack has settled on the first file, just before the clock starts."""
-    files = _files(name)
-    _create_adapter(stack, name, _md5s(files))
+    files = adapter_files(name)
+    create_adapter(stack, name, md5s_of(files))
     first, last = list(files.items())
     stack.upload(*first)
     stack.settle(timeout=20, quiet=0.2)
@@ -190,9 +190,9 @@ def engine_urls(pods: list[dict[str, Any]]) -> list[str]:
 
 def _reference(stack: Stack, name: str, deployment: str, concurrency: int, steps: dict[str, float]) -> float:
     """The minimal HTTP sequence, made directly (functions idle: broker drops deliveries)."""
-    files = _files(name)
-    md5s = _md5s(files)
-    _create_adapter(stack, name, md5s)
+    files = adapter_files(name)
+    md5s = md5s_of(files)
+    create_adapter(stack, name, md5s)
     for path, content in files.items():
         stack.upload(path, content)
     stack.settle(timeout=20, quiet=0.1)
@@ -280,11 +280,11 @@ def _reference(stack: Stack, name: str, deployment: str, concurrency: int, steps
 def _size(stack: Stack, replicas: int, repeats: int, concurrency: int) -> dict[str, Any]:
     deployment = f"d{replicas}"
     names = [f"r{replicas}-u{i}" for i in range(repeats + 1)]  # +1: warm-up
-    _deployment(stack, replicas, names)
-    eventually(lambda: _ready_pods(stack, deployment) == replicas, 60, what="replicas Ready", interval=0.05)
+    create_deployment(stack, replicas, names)
+    eventually(lambda: ready_pods(stack, deployment) == replicas, 60, what="replicas Ready", interval=0.05)
     stack.settle(timeout=20, quiet=0.3)
     probe = Probe(stack, deployment)
-    runs = [_measure_one(stack, probe, name) for name in names]
+    runs = [measure_one(stack, probe, name) for name in names]
     runs = runs[1:]
     stack.broker.set_faults(Faults(drop=1.0))
     steps: dict[str, float] = {}

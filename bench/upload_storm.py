@@ -43,12 +43,12 @@ from bench.common import Result, percentile
 from bench.upload_latency import (
     NS,
     Probe,
-    _create_adapter,
-    _deployment,
-    _files,
-    _md5s,
-    _ready_pods,
+    adapter_files,
+    create_adapter,
+    create_deployment,
     engine_urls,
+    md5s_of,
+    ready_pods,
     stat_status,
 )
 from devstack.eventing.broker import Faults
@@ -105,7 +105,7 @@ def _children(pid: int) -> list[int]:
 
 def _create_all(stack: Stack, names: list[str]) -> None:
     with ThreadPoolExecutor(UPLOADERS) as pool:
-        list(pool.map(lambda n: _create_adapter(stack, n, _md5s(_files(n))), names))
+        list(pool.map(lambda n: create_adapter(stack, n, md5s_of(adapter_files(n))), names))
 
 
 def _storm(stack: Stack, probe: Probe, names: list[str], timeout: float) -> dict[str, Any]:
@@ -118,7 +118,7 @@ def _storm(stack: Stack, probe: Probe, names: list[str], timeout: float) -> dict
     uploads_client = Pools(60.0)
 
     def upload(name: str) -> None:
-        for path, content in _files(name).items():
+        for path, content in adapter_files(name).items():
             if stack.storage == "filer":
                 answer = uploads_client.request("PUT", stack.seaweed.url + quote_path(path), {}, content)
                 if not 200 <= answer.status < 300:
@@ -219,9 +219,9 @@ def _storm(stack: Stack, probe: Probe, names: list[str], timeout: float) -> dict
 def _reference(stack: Stack, names: list[str], deployment: str, concurrency: int) -> float:
     """The minimal HTTP sequence for every adapter, WIDTH adapters at a time (functions idle)."""
     for name in names:
-        _create_adapter(stack, name, _md5s(_files(name)))
+        create_adapter(stack, name, md5s_of(adapter_files(name)))
     with ThreadPoolExecutor(UPLOADERS) as pool:
-        list(pool.map(lambda item: stack.upload(*item), [f for n in names for f in _files(n).items()]))
+        list(pool.map(lambda item: stack.upload(*item), [f for n in names for f in adapter_files(n).items()]))
     stack.settle(timeout=60, quiet=0.2)
     kube = stack.kube.url.rstrip("/")
     auth = {"Authorization": f"Bearer {stack.kube.admin_token}"}
@@ -288,9 +288,9 @@ def measure(adapters: int, replicas: int) -> Result:
     sample = min(adapters, REFERENCE_SAMPLE)
     reference_names = [f"ref{i:04d}" for i in range(sample)]
     with Stack(ping_period=None, function_processes=True, seaweed=shared(), filer_proxy=False) as stack:
-        _deployment(stack, replicas, names + reference_names)
+        create_deployment(stack, replicas, names + reference_names)
         eventually(
-            lambda: _ready_pods(stack, deployment) == replicas, 60, what="replicas Ready", interval=0.05
+            lambda: ready_pods(stack, deployment) == replicas, 60, what="replicas Ready", interval=0.05
         )
         stack.settle(timeout=30, quiet=0.3)
         setup_started = time.perf_counter()
