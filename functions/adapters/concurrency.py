@@ -18,6 +18,7 @@ import itertools
 from collections import deque
 from collections.abc import Callable, Iterable
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from functools import partial
 from typing import TypeVar
 
 T = TypeVar("T")
@@ -38,16 +39,7 @@ def bounded_map(items: Iterable[T], call: Callable[[T], R], width: int) -> list[
     work = list(items)
     if len(work) <= 1 or width <= 1:
         return [(item, call(item)) for item in work]
-    futures: list[Future[R]] = []
-    running: set[Future[R]] = set()
-    for item in work:
-        if len(running) >= width:
-            _, pending = wait(running, return_when=FIRST_COMPLETED)
-            running = set(pending)
-        future = _pool.submit(call, item)
-        futures.append(future)
-        running.add(future)
-    wait(running)
+    futures = _windowed((partial(call, item) for item in work), width)
     return [(item, future.result()) for item, future in zip(work, futures, strict=True)]
 
 
@@ -63,19 +55,24 @@ def run_tasks(tasks: Iterable[Task], width: int) -> None:
     if second is None:
         first()
         return
-    width = max(1, width)
-    futures: list[Future[None]] = []
-    running: set[Future[None]] = set()
-    for task in itertools.chain((first, second), pending):
-        if len(running) >= width:
+    for future in _windowed(itertools.chain((first, second), pending), width):
+        future.result()
+
+
+def _windowed(calls: Iterable[Callable[[], R]], width: int) -> list[Future[R]]:
+    """Submit `calls` as they come, at most `width` in flight (topped up as each finishes), and
+    return their futures, in order, once all have finished."""
+    futures: list[Future[R]] = []
+    running: set[Future[R]] = set()
+    for call in calls:
+        if len(running) >= max(1, width):
             _, still = wait(running, return_when=FIRST_COMPLETED)
             running = set(still)
-        future = _pool.submit(task)
+        future = _pool.submit(call)
         futures.append(future)
         running.add(future)
     wait(running)
-    for future in futures:
-        future.result()
+    return futures
 
 
 def pipeline(items: Iterable[T], observe: Callable[[T], list[Task]], width: int) -> None:
