@@ -189,6 +189,16 @@ def engine_urls(pods: list[dict[str, Any]]) -> list[str]:
     ]
 
 
+def deployment_engines(http: httpx.Client, kube: str, auth: dict[str, str], deployment: str) -> list[str]:
+    """The direct sequence's pods list (load's: by the deployment's label) and their engines."""
+    pods = http.get(
+        f"{kube}/api/v1/namespaces/{NS}/pods",
+        params={"labelSelector": f"{MODEL_DEPLOYMENT_LABEL}={deployment}"},
+        headers=auth,
+    ).json()["items"]
+    return engine_urls(pods)
+
+
 def _reference(stack: Stack, name: str, deployment: str, concurrency: int, steps: dict[str, float]) -> float:
     """The minimal HTTP sequence, made directly (functions idle: broker drops deliveries)."""
     files = adapter_files(name)
@@ -249,12 +259,7 @@ def _reference(stack: Stack, name: str, deployment: str, concurrency: int, steps
             headers=auth,
         ).raise_for_status()
         http.get(stack.seaweed.url + directory + "adapter_config.json").raise_for_status()
-        pods = http.get(
-            f"{kube}/api/v1/namespaces/{NS}/pods",
-            params={"labelSelector": f"{MODEL_DEPLOYMENT_LABEL}={deployment}"},
-            headers=auth,
-        ).json()["items"]
-        urls = engine_urls(pods)
+        urls = deployment_engines(http, kube, auth, deployment)
         path = engine_path(str(stack.mount_root), directory)
 
         def serve(url: str) -> None:

@@ -46,7 +46,7 @@ from bench.upload_latency import (
     adapter_files,
     create_adapter,
     create_deployment,
-    engine_urls,
+    deployment_engines,
     md5s_of,
     ready_pods,
     stat_status,
@@ -57,7 +57,7 @@ from devstack.seaweedfs import shared
 from devstack.stack import Stack
 from functions.adapters.storage import quote_path
 from functions.logic.paths import engine_path
-from functions.resources.kinds import MODEL_DEPLOYMENT, MODEL_DEPLOYMENT_LABEL, VLLM_ADAPTER
+from functions.resources.kinds import MODEL_DEPLOYMENT, VLLM_ADAPTER
 from functions.settings import Settings
 from tests.support.wait import eventually
 
@@ -255,13 +255,8 @@ def _reference(stack: Stack, names: list[str], deployment: str, concurrency: int
             http.get(obj_url, headers=auth).raise_for_status()
             http.get(deployments, headers=auth).raise_for_status()
             http.get(stack.seaweed.url + directory + "adapter_config.json").raise_for_status()
-            pods = http.get(
-                f"{kube}/api/v1/namespaces/{NS}/pods",
-                params={"labelSelector": f"{MODEL_DEPLOYMENT_LABEL}={deployment}"},
-                headers=auth,
-            ).json()["items"]
+            urls = deployment_engines(http, kube, auth, deployment)
             path = engine_path(str(stack.mount_root), directory)
-            urls = engine_urls(pods)
             body = {"lora_name": name, "lora_path": path}
             calls = [loads.submit(http.post, u + "/v1/load_lora_adapter", json=body) for u in urls]
             for call in calls:
