@@ -60,7 +60,11 @@ def deleting(obj: Obj) -> bool:
 
 
 def condition(obj: Obj, type_: str) -> Mapping[str, Any] | None:
-    for item in status(obj).get("conditions") or []:
+    return _condition(status(obj), type_)
+
+
+def _condition(status_: Mapping[str, Any], type_: str) -> Mapping[str, Any] | None:
+    for item in status_.get("conditions") or []:
         if (type(item) is dict or isinstance(item, Mapping)) and item.get("type") == type_:
             return item
     return None
@@ -85,12 +89,16 @@ def file_set(md5s: Mapping[str, str]) -> str:
 
 def storage_dir(obj: Obj) -> str | None:
     """status.storageRef.path (set by admit), else the vllm layout; None for names that cannot be a path."""
-    ref = status(obj).get("storageRef")
-    path = ref.get("path") if isinstance(ref, Mapping) else None
+    m = meta(obj)
+    return _storage_dir(status(obj), spec(obj), str(m.get("namespace") or ""), str(m.get("name") or ""))
+
+
+def _storage_dir(status_: Mapping[str, Any], spec_: Mapping[str, Any], namespace: str, name: str) -> str | None:
+    ref = status_.get("storageRef")
+    path = ref.get("path") if type(ref) is dict or isinstance(ref, Mapping) else None
     if isinstance(path, str) and is_under(path, STORAGE_ROOT):
         return path
-    model = str(spec(obj).get("model") or "")
-    namespace, name = namespace_of(obj), name_of(obj)
+    model = str(spec_.get("model") or "")
     if not (is_label(namespace) and is_subdomain(model) and is_subdomain(name)):
         return None
     return adapter_dir(namespace, model, name)
@@ -116,14 +124,20 @@ def vllm_serve(obj: Obj) -> tuple[Serve, str]:
     """(serve|hold|drop, file set) of a vllm adapter.
 
     serve: Ready=True for exactly the MD5s the spec declares now. hold: a verified file set exists
-    and verify has not ruled on a change yet (spec.integrity or storage changed): keep serving it,
+    but is not the declared one (a change waits for verify): keep serving what pods have, and
     load it nowhere new. drop: never verified, failed, or being deleted.
     """
-    if deleting(obj):
+    return _vllm_serve(deleting(obj), spec(obj), status(obj))
+
+
+def _vllm_serve(deleting_: bool, spec_: Mapping[str, Any], status_: Mapping[str, Any]) -> tuple[Serve, str]:
+    if deleting_:
         return "drop", ""
-    declared = file_set(declared_md5s(obj))
-    verified = status(obj).get("fileSet")
-    ready = condition(obj, reasons.READY)
+    integrity = spec_.get("integrity")
+    md5 = integrity.get("md5") if isinstance(integrity, Mapping) else None
+    declared = file_set({str(k): str(v) for k, v in md5.items()} if isinstance(md5, Mapping) else {})
+    verified = status_.get("fileSet")
+    ready = _condition(status_, reasons.READY)
     if ready is not None and ready.get("status") == "True":
         if verified == declared or not verified:
             # no file set recorded: a status verify wrote before it recorded them; it records one
@@ -136,8 +150,12 @@ def vllm_serve(obj: Obj) -> tuple[Serve, str]:
 
 
 def vllm_adapter(obj: Obj, mount_root: str, config: ConfigVerdict | None = None) -> Adapter:
-    directory = storage_dir(obj)
-    serve, fs = vllm_serve(obj)
+    # each part of the object is looked up once: a resync builds this for 100,000 adapters a tick
+    m, spec_, status_ = meta(obj), spec(obj), status(obj)
+    namespace, name = str(m.get("namespace") or ""), str(m.get("name") or "")
+    deleting_ = bool(m.get("deletionTimestamp"))
+    directory = _storage_dir(status_, spec_, namespace, name)
+    serve, fs = _vllm_serve(deleting_, spec_, status_)
     try:
         lora_path = engine_path(mount_root, directory) if directory else ""
     except Reject:  # a storage path that escapes the mount: never a path an engine reads
@@ -146,20 +164,19 @@ def vllm_adapter(obj: Obj, mount_root: str, config: ConfigVerdict | None = None)
         serve = "drop"
     served = {
         str(item.get("pod")): str(item.get("fileSet"))
-        for item in status(obj).get("served") or []
+        for item in status_.get("served") or []
         if (type(item) is dict or isinstance(item, Mapping)) and item.get("pod") and item.get("fileSet")
     }
-    m = meta(obj)
     return Adapter(
-        key=AdapterKey("vllm", namespace_of(obj), name_of(obj)),
+        key=AdapterKey("vllm", namespace, name),
         uid=str(m.get("uid") or ""),
         created=str(m.get("creationTimestamp") or ""),
-        lora_name=name_of(obj),
+        lora_name=name,
         lora_path=lora_path,
         file_set=fs,
         serve=serve,
-        deleting=deleting(obj),
-        model=str(spec(obj).get("model") or ""),
+        deleting=deleting_,
+        model=str(spec_.get("model") or ""),
         served=served,
         config=config,
     )

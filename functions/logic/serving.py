@@ -156,6 +156,9 @@ class Desire(NamedTuple):
     verdicts: Mapping[AdapterKey, Mapping[TargetKey, Verdict]]
     targets_of: Mapping[AdapterKey, tuple[TargetKey, ...]]
     """The targets that name each adapter (vllm: usedBy), served or not."""
+    copies: Mapping[tuple[TargetKey, str], Sequence[AdapterKey]] = {}
+    """sglang: (InferenceService, engine name) -> every adapter naming both, whatever its state,
+    in key order: who a listed copy may belong to (`owner_of_copy`)."""
 
 
 class Scope(NamedTuple):
@@ -267,7 +270,16 @@ def desired(world: World) -> Desire:
     targets_of: dict[AdapterKey, tuple[TargetKey, ...]] = {}
     _desire_vllm(world, wanted, verdicts, targets_of)
     _desire_sglang(world, wanted, verdicts, targets_of)
-    return Desire(dict(wanted), dict(verdicts), targets_of)
+    return Desire(dict(wanted), dict(verdicts), targets_of, sglang_copies(world))
+
+
+def sglang_copies(world: World) -> dict[tuple[TargetKey, str], list[AdapterKey]]:
+    """(InferenceService, engine name) -> the sglang adapters naming both, in key order."""
+    found: dict[tuple[TargetKey, str], list[AdapterKey]] = defaultdict(list)
+    for key, adapter in world.adapters.items():
+        if key.kind == "sglang" and adapter.target is not None:
+            found[(adapter.target, adapter.lora_name)].append(key)
+    return {pair: sorted(keys) for pair, keys in found.items()}
 
 
 def _desire_vllm(
@@ -404,25 +416,30 @@ def copy_of(world: World, key: AdapterKey, root: str) -> AdapterKey | None:
     return None
 
 
-def owner_of_copy(world: World, target: TargetKey, lora: str, root: str) -> AdapterKey | None:
+def owner_of_copy(
+    world: World,
+    target: TargetKey,
+    lora: str,
+    root: str,
+    copies: Mapping[tuple[TargetKey, str], Sequence[AdapterKey]] | None = None,
+) -> AdapterKey | None:
     """Which adapter a loaded (name, root) belongs to, if it is ours at all.
 
     vllm: our layout under the mount root names it, even when the LoRAAdapter is gone.
-    sglang: a claimant of that name on this InferenceService served from exactly that root.
+    sglang: a claimant of that name on this InferenceService served from exactly that root
+    (`copies`: `Desire.copies`, else found by looking at every adapter of `world`).
     """
     if target.kind == "ModelDeployment":
         owner = vllm_layout_owner(root, target.namespace, world.policy.mount_root)
         if owner is None or owner[1] != lora:
             return None
         return AdapterKey("vllm", target.namespace, lora)
-    # the claimants first, sorted then (the oldest key decides): sorting every adapter for each
-    # listed name was a tenth of a resync's CPU (an InferenceService's pods list 100s of names)
-    claimants = [
-        key
-        for key, adapter in world.adapters.items()
-        if adapter.lora_name == lora and key.kind == "sglang" and adapter.target == target
-    ]
-    for key in sorted(claimants):
+    # the oldest key decides; a planner asks for every name every pod lists, so it passes the
+    # index (scanning the adapters for each was a tenth of a resync's CPU)
+    claimants = (
+        copies.get((target, lora), ()) if copies is not None else sglang_copies(world).get((target, lora), ())
+    )
+    for key in claimants:
         if copy_of(world, key, root) is not None:
             return key
     return None
@@ -441,7 +458,7 @@ def plan_pod(world: World, desire: Desire, pod: Pod, scope: Scope) -> list[Actio
                 continue
             state = "absent" if listing is None else pod_state(world, claim, listing, pod.name)
             if state == "occupied" and listing is not None:
-                holder = owner_of_copy(world, pod.target, lora, listing[lora])
+                holder = owner_of_copy(world, pod.target, lora, listing[lora], desire.copies)
                 if holder is not None and holder != claim.adapter:
                     state = "stale"  # a younger claimant's copy: the owner takes its name back
             if state in ("absent", "stale"):
@@ -451,7 +468,7 @@ def plan_pod(world: World, desire: Desire, pod: Pod, scope: Scope) -> list[Actio
                 )
     if scope.unload and listing is not None:
         for lora, root in sorted(listing.items()):
-            owner = owner_of_copy(world, pod.target, lora, root)
+            owner = owner_of_copy(world, pod.target, lora, root, desire.copies)
             if owner is None or not scope.covers(owner):
                 continue
             wanted = claims.get(lora)
