@@ -4,7 +4,8 @@ See ``base.py`` (server, state), ``vllm.py``, ``sglang.py``, ``faults.py``, ``ad
 (``/_devstack/`` API) and ``fleet.py`` (address allocation).
 """
 
-from devstack.standins.engines.base import EngineReplica, LoadedAdapter, LoadInterval, Response
+from devstack.standins.engines.answers import Response
+from devstack.standins.engines.base import EngineReplica, LoadedAdapter, LoadInterval
 from devstack.standins.engines.faults import Fault, FaultSpecError
 from devstack.standins.engines.fleet import (
     EngineFleet,

@@ -14,13 +14,23 @@ Admin calls are never counted in ``calls`` and never hit by faults or restarts.
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
-from devstack.standins.engines.base import METHOD_NOT_ALLOWED, NOT_FOUND, Response
-from devstack.standins.engines.faults import Fault, FaultSpecError
+from devstack.standins.engines.answers import METHOD_NOT_ALLOWED, NOT_FOUND, Response
+from devstack.standins.engines.faults import Fault, FaultSet, FaultSpecError
 
-if TYPE_CHECKING:
-    from devstack.standins.engines.base import EngineReplica
+
+class Administered(Protocol):
+    """What the admin API asks of a replica (base.EngineReplica)."""
+
+    faults: FaultSet
+
+    def state(self) -> dict[str, Any]: ...
+    def restart(self, unhealthy_for_s: float = 0.2) -> None: ...
+    def inject(self, fault: Fault | None = None, **kwargs: Any) -> Fault: ...
+    def clear_faults(self) -> None: ...
+    def config(self) -> dict[str, Any]: ...
+    def configure(self, **settings: Any) -> None: ...
 
 
 def _bad(message: str) -> Response:
@@ -36,7 +46,7 @@ def _body(body: bytes) -> tuple[Any, Response | None]:
         return None, _bad(f"invalid JSON: {exc}")
 
 
-def handle_admin(replica: EngineReplica, method: str, path: str, body: bytes) -> Response:
+def handle_admin(replica: Administered, method: str, path: str, body: bytes) -> Response:
     """Serve one admin request."""
     endpoint = path[len("/_devstack/") :].rstrip("/")
     data, err = _body(body)

@@ -2,7 +2,8 @@
 
 One replica = one ``ThreadingHTTPServer`` bound to its own loopback address (127.0.0.x), speaking
 HTTP/1.1 with keep-alive, one daemon thread per connection. Engine-specific routes live in
-``vllm.py`` / ``sglang.py``; the ``/_devstack/`` admin API in ``admin.py``; faults in
+``vllm.py`` / ``sglang.py``; the ``/_devstack/`` admin API in ``admin.py``; answers in
+``answers.py``; faults in
 ``faults.py``.
 """
 
@@ -27,35 +28,9 @@ from socketserver import TCPServer
 from typing import Any, ClassVar, Literal
 
 from devstack.oneshot import OneWriteHandler
+from devstack.standins.engines.admin import handle_admin
+from devstack.standins.engines.answers import DROP, JSON, Answer, Drop, Response
 from devstack.standins.engines.faults import Fault, FaultSet
-
-JSON = "application/json"
-
-
-@dataclass(frozen=True)
-class Response:
-    """An HTTP answer. ``content_type=None`` sends no Content-Type (Starlette ``Response``
-    without ``media_type``, as vLLM's plain-text success bodies)."""
-
-    status: int
-    body: bytes = b""
-    content_type: str | None = None
-
-    @classmethod
-    def json(cls, status: int, payload: Any) -> Response:
-        return cls(status, json.dumps(payload, separators=(",", ":")).encode(), JSON)
-
-
-class _Drop:
-    """Sentinel: close the connection without answering (TCP reset)."""
-
-
-DROP = _Drop()
-Answer = Response | _Drop
-
-NOT_FOUND = Response.json(404, {"detail": "Not Found"})  # FastAPI/Starlette default 404
-METHOD_NOT_ALLOWED = Response.json(405, {"detail": "Method Not Allowed"})
-
 
 # --------------------------------------------------------------------------------------------
 # Adapter checks
@@ -304,7 +279,7 @@ class _Handler(OneWriteHandler):
             self.send_error(400)
             return
         answer = server.replica.dispatch(self.command, self.path, self.headers, body)
-        if isinstance(answer, _Drop):
+        if isinstance(answer, Drop):
             self._drop()
             return
         self.send_response_only(answer.status)
@@ -685,8 +660,6 @@ class EngineReplica:
     def dispatch(self, method: str, raw_path: str, headers: Message, body: bytes) -> Answer:
         path = raw_path.split("?", 1)[0]
         if path.startswith("/_devstack/"):
-            from devstack.standins.engines.admin import handle_admin
-
             return handle_admin(self, method, path, body)
         route = self.route_name(method, path)
         if route is not None:

@@ -37,18 +37,13 @@ from email.message import Message
 from pathlib import Path
 from typing import Any, ClassVar
 
+from devstack.standins.engines.answers import DROP, JSON, METHOD_NOT_ALLOWED, NOT_FOUND, Answer, Response
 from devstack.standins.engines.base import (
-    DROP,
-    JSON,
-    METHOD_NOT_ALLOWED,
-    NOT_FOUND,
     AdapterInvalid,
     AdapterNotFound,
     AdapterRankTooHigh,
-    Answer,
     EngineReplica,
     LoadedAdapter,
-    Response,
     media_type,
     parse_json_object,
 )

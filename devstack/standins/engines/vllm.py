@@ -34,18 +34,13 @@ from http import HTTPStatus
 from pathlib import Path
 from typing import Any, ClassVar, Literal
 
+from devstack.standins.engines.answers import DROP, JSON, METHOD_NOT_ALLOWED, NOT_FOUND, Answer, Response
 from devstack.standins.engines.base import (
-    DROP,
-    JSON,
-    METHOD_NOT_ALLOWED,
-    NOT_FOUND,
     AdapterInvalid,
     AdapterNotFound,
     AdapterRankTooHigh,
-    Answer,
     EngineReplica,
     LoadedAdapter,
-    Response,
     check_adapter_dir,
     media_type,
     parse_json_object,
