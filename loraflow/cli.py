@@ -105,6 +105,7 @@ def _upload(args: argparse.Namespace) -> int:
         target.filer_url,
         lambda: kube_client(target),
         _console(stderr=True),
+        target.filer_root,
     )
     _print_upload(out, report, namespace, args.name)
     return 0

@@ -5,6 +5,9 @@ Resolution (first match wins):
   the kubernetes client's standard loading (`$KUBECONFIG`, `~/.kube/config`, then in-cluster).
 - Filer: `--filer-url` > the endpoints file > `$LORAFLOW_FILER_URL` > the in-cluster default.
 - Broker: `--broker-url` > the endpoints file.
+- Where in the filer: the functions' storage paths as they are, or under the S3 bucket's folder
+  when the storage backend is S3 (the endpoints file's `storage.backend`, else
+  `$LORAFLOW_STORAGE`): the functions then read the files through the gateway.
 """
 
 from __future__ import annotations
@@ -22,6 +25,9 @@ from loraflow.errors import CliError
 
 DEFAULT_ENDPOINTS = Path(".devstack/endpoints.json")
 DEFAULT_FILER_URL = "http://seaweedfs-filer.seaweedfs:8888"
+BUCKET, BUCKETS_DIR = "loraadapters", "/buckets"
+"""The functions' LORAFLOW_S3_BUCKET and LORAFLOW_S3_BUCKETS_DIR defaults (functions.settings;
+not imported: pydantic would cost every command its start-up time)."""
 
 
 @dataclass(frozen=True)
@@ -35,6 +41,8 @@ class Endpoints:
     filer_url: str | None = None
     broker_url: str | None = None
     functions: dict[str, str] = field(default_factory=dict)
+    s3_bucket: str | None = None
+    """The bucket the functions read when the stack's storage backend is S3 (None: the filer)."""
 
     @classmethod
     def load(cls, path: Path) -> Endpoints:
@@ -51,7 +59,11 @@ class Endpoints:
     @classmethod
     def from_json(cls, raw: dict[str, Any]) -> Endpoints:
         kube, filer, broker = (_section(raw, key) for key in ("kubernetes", "filer", "broker"))
+        storage = _section(raw, "storage")
         functions = raw.get("functions")
+        s3_bucket = (
+            _str(_section(storage, "s3").get("bucket")) or BUCKET if storage.get("backend") == "s3" else None
+        )
         return cls(
             kube_url=_str(kube.get("url")),
             kube_token=_str(kube.get("token")),
@@ -59,6 +71,7 @@ class Endpoints:
             filer_url=_str(filer.get("url")),
             broker_url=_str(broker.get("url")),
             functions={str(k): str(v) for k, v in functions.items()} if isinstance(functions, dict) else {},
+            s3_bucket=s3_bucket,
         )
 
 
@@ -79,6 +92,9 @@ class Target:
     kubeconfig: str | None
     filer_url: str
     broker_url: str | None
+    filer_root: str = ""
+    """Where the functions' storage paths are in the filer: "" for the filer backend, the
+    bucket's folder for S3 (the gateway keeps an object's bytes at /buckets/<bucket>/<key>)."""
 
 
 def resolve(
@@ -95,7 +111,25 @@ def resolve(
         or DEFAULT_FILER_URL
     )
     broker = broker_url or (found.broker_url if found else None)
-    return Target(found, kubeconfig, filer.rstrip("/"), broker.rstrip("/") if broker else None)
+    root = filer_root(found)
+    return Target(found, kubeconfig, filer.rstrip("/"), broker.rstrip("/") if broker else None, root)
+
+
+def filer_root(found: Endpoints | None) -> str:
+    """The embedded stack's backend when its endpoints file is used, else the functions' own
+    settings from the environment (LORAFLOW_STORAGE, LORAFLOW_S3_BUCKET, LORAFLOW_S3_BUCKETS_DIR)."""
+    if found is not None:
+        bucket = found.s3_bucket
+    else:
+        bucket = (
+            os.environ.get("LORAFLOW_S3_BUCKET") or BUCKET
+            if os.environ.get("LORAFLOW_STORAGE") == "s3"
+            else None
+        )
+    if bucket is None:
+        return ""
+    buckets = os.environ.get("LORAFLOW_S3_BUCKETS_DIR") or BUCKETS_DIR
+    return f"{buckets.rstrip('/')}/{bucket}"
 
 
 def _endpoints(explicit: str | None, kubeconfig: str | None) -> Endpoints | None:

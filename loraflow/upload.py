@@ -4,7 +4,9 @@ Resumable per file: the adapter's storage directory is listed first (filer JSON 
 paginated, `Md5` base64) and a file whose stored MD5 equals the local one is not sent again.
 Every file is hashed and uploaded by streaming, never read whole into memory. Then the
 vllm LoRAAdapter is created, or its spec merge-patched, with `spec.integrity.md5` keyed by
-full storage paths, so verify can check exactly what was uploaded.
+full storage paths, so verify can check exactly what was uploaded. With the S3 backend the
+files go under the bucket's filer folder (`/buckets/<bucket>` + storage path), where the S3
+gateway serves them as the objects the functions read (key: the storage path).
 """
 
 from __future__ import annotations
@@ -108,13 +110,16 @@ def hash_all(directory: Path, progress: Progress) -> list[LocalFile]:
 
 
 # -- filer side ------------------------------------------------------------------------------
-def stored_md5s(filer_url: str, directory: str, page_size: int = 1000) -> dict[str, str | None]:
-    """Full storage path -> hex MD5 (None when the filer has none) of what is already stored."""
+def stored_md5s(
+    filer_url: str, directory: str, page_size: int = 1000, filer_root: str = ""
+) -> dict[str, str | None]:
+    """Full storage path -> hex MD5 (None when the filer has none) of what is already stored
+    (`filer_root`: the folder the storage paths are under in the filer, as `Target.filer_root`)."""
     try:
-        files = FilerStorage(filer_url, page_size).stat_dir(directory)
+        files = FilerStorage(filer_url, page_size).stat_dir(filer_root + directory)
     except (LoraflowError, ValueError) as err:
-        raise CliError(f"cannot list {directory} on the filer {filer_url}: {err}") from err
-    return {f.path: f.md5 for f in files}
+        raise CliError(f"cannot list {filer_root + directory} on the filer {filer_url}: {err}") from err
+    return {f.path[len(filer_root) :]: f.md5 for f in files}
 
 
 def _body(file: LocalFile, advance: Callable[[int], None]) -> Iterator[bytes]:
@@ -188,6 +193,7 @@ def upload(
     filer_url: str,
     api: Callable[[], client.ApiClient],
     console: Console,
+    filer_root: str = "",
 ) -> UploadReport:
     try:
         storage_dir = adapter_dir(namespace, model, name)
@@ -195,8 +201,8 @@ def upload(
         raise CliError(str(err)) from err
     with _progress(console) as progress:
         files = hash_all(directory, progress)
-        stored = stored_md5s(filer_url, storage_dir)
-        outcomes = _send(files, storage_dir, stored, filer_url, progress)
+        stored = stored_md5s(filer_url, storage_dir, filer_root=filer_root)
+        outcomes = _send(files, storage_dir, stored, filer_url, progress, filer_root)
     md5 = {o.storage_path: o.file.md5 for o in outcomes}
     action = apply_adapter(api(), namespace, name, model, md5)
     return UploadReport(storage_dir, outcomes, action)
@@ -208,6 +214,7 @@ def _send(
     stored: dict[str, str | None],
     filer_url: str,
     progress: Progress,
+    filer_root: str = "",
 ) -> list[Outcome]:
     outcomes: list[Outcome] = []
     todo = [f for f in files if stored.get(storage_dir + f.relpath) != f.md5]
@@ -216,7 +223,7 @@ def _send(
         for file in files:
             path = storage_dir + file.relpath
             if file in todo:
-                put_file(http, path, file, lambda n: progress.advance(task, n))
+                put_file(http, filer_root + path, file, lambda n: progress.advance(task, n))
                 outcomes.append(Outcome(file, path, UPLOADED))
             else:
                 outcomes.append(Outcome(file, path, SKIPPED))

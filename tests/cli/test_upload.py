@@ -6,11 +6,16 @@ import base64
 import hashlib
 import json
 import os
+import secrets
 from pathlib import Path
 
+import boto3
 import pytest
 
+from devstack.seaweedfs import shared
+from functions.adapters.storage import S3Storage
 from functions.resources.kinds import VLLM_ADAPTER
+from loraflow.cli import main
 from loraflow.upload import md5_of, stored_md5s
 from tests.support.cli import CliStack
 
@@ -190,3 +195,38 @@ def test_missing_directory_and_unreachable_cluster(
     assert main(argv) == 1
     err = capsys.readouterr().err
     assert "cannot reach the Kubernetes API" in err and "Traceback" not in err
+
+
+def test_with_the_s3_backend_the_files_are_objects_of_the_bucket(
+    stack: CliStack, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The stack's storage backend is S3: the functions read the bucket through the real
+    gateway (functions.adapters.storage.S3Storage over boto3), so that is where the files must
+    be, keyed by their storage paths, with the MD5s the spec declares as their ETags."""
+    bucket = f"b-{secrets.token_hex(4)}"
+    s3 = boto3.client(
+        "s3", endpoint_url=shared().server.s3_url, region_name="us-east-1",
+        aws_access_key_id="any", aws_secret_access_key="any",
+    )  # fmt: skip
+    s3.create_bucket(Bucket=bucket)
+    endpoints = json.loads(stack.endpoints.read_text())
+    endpoints["storage"] = {
+        "backend": "s3", "filer": stack.filer.url, "s3": {"url": shared().server.s3_url, "bucket": bucket}
+    }  # fmt: skip
+    s3_endpoints = tmp_path / "s3-endpoints.json"
+    s3_endpoints.write_text(json.dumps(endpoints))
+    namespace, adapter = stack.namespace(), tmp_path / "adapter"
+    files = make_adapter(adapter)
+    argv = ["upload", str(adapter), "--model", MODEL, "--name", "finance", "--namespace", namespace]
+
+    assert main([*argv, "--endpoints", str(s3_endpoints)]) == 0
+
+    directory = f"/loraadapters/{namespace}/{MODEL}/finance/"
+    stored = S3Storage(s3, bucket).stat_dir(directory)
+    declared = integrity(stack, namespace, "finance")
+    assert {f.path: f.md5 for f in stored} == declared
+    assert declared == {directory + rel: md5(content) for rel, content in files.items()}
+    assert stack.filer.entry(directory + "adapter_config.json") is None  # not beside the bucket
+    capsys.readouterr()
+    assert main([*argv, "--endpoints", str(s3_endpoints)]) == 0  # resumable there too
+    assert "3 skipped" in capsys.readouterr().out
