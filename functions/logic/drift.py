@@ -469,7 +469,6 @@ def stale_status(
     adapter = world.adapters[key]
     report = serving.serving_report(world, desire, key)
     status = facts.status(obj)
-    generation = facts.meta(obj).get("generation")
     have = _conditions(obj).get(reasons.LOADED) or {}
     if key.kind == "vllm":
         ready = report if adapter.serve == "serve" else None
@@ -481,13 +480,12 @@ def stale_status(
         want = _loaded(fields.loaded, have)
         missing_load_time = False  # vLLM's status has no load time
     else:
-        redact, serves = serving.redacted(adapter), adapter.serve == "serve"
-        fresh = loaded.sglang_status(
-            dict(status), report, adapter.lora_path, generation, UNKNOWN_TIME, redact, serves
-        )
+        serves = adapter.serve == "serve"
+        # what sglang_status would write, without building it (a tick judges 10,000s of them)
+        state = loaded.sglang_loaded(report, serving.redacted(adapter), serves, bool(have))
         served = []
-        want = _conditions({"status": fresh}).get(reasons.LOADED) or {}
-        missing_load_time = bool(fresh.get("lastLoadedAt")) and not status.get("lastLoadedAt")
+        want = _loaded(state, have)
+        missing_load_time = loaded.stamps_load_time(status, report, serves) and not status.get("lastLoadedAt")
     unjudged = any(p.state == "unreachable" for t in report.targets for p in t.pods)
     if only_used_by or unjudged or have.get("reason") in reasons.CONFIG_VERDICTS:
         return None

@@ -93,7 +93,9 @@ def storage_dir(obj: Obj) -> str | None:
     return _storage_dir(status(obj), spec(obj), str(m.get("namespace") or ""), str(m.get("name") or ""))
 
 
-def _storage_dir(status_: Mapping[str, Any], spec_: Mapping[str, Any], namespace: str, name: str) -> str | None:
+def _storage_dir(
+    status_: Mapping[str, Any], spec_: Mapping[str, Any], namespace: str, name: str
+) -> str | None:
     ref = status_.get("storageRef")
     path = ref.get("path") if type(ref) is dict or isinstance(ref, Mapping) else None
     if isinstance(path, str) and is_under(path, STORAGE_ROOT):

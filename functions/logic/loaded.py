@@ -201,9 +201,9 @@ def sglang_status(
     load call succeeded; or a pod serves it and none is recorded: the status write after its
     load was lost, and a redelivery finds it loaded). Not Available (`served` False): Loaded
     says why; Error is admit's."""
-    state = summarize(report, redact)
     before = _conditions(current)
-    if not served and conditions.find(before, reasons.LOADED) is None:
+    state = sglang_loaded(report, redact, served, conditions.find(before, reasons.LOADED) is not None)
+    if state is None:
         return dict(current)  # never served: nothing to take back, Available says why
     items = conditions.set_condition(
         before, reasons.LOADED, state.status, state.reason, state.message, generation, now
@@ -218,12 +218,29 @@ def sglang_status(
     status = dict(current)
     status["conditions"] = _wire(items)
     pods = [p for t in report.targets for p in t.pods]
-    serving = any(p.state == "serving" for p in pods)
-    if serving and not any(p.state == "stale" for p in pods):
+    if any(p.state == "serving" for p in pods) and not any(p.state == "stale" for p in pods):
         status["loadedPath"] = path
-    if report.loaded_now or (serving and not current.get("lastLoadedAt")):
+    if stamps_load_time(current, report, served):
         status["lastLoadedAt"] = conditions.timestamp(now)
     return status
+
+
+def sglang_loaded(
+    report: ServingReport, redact: bool, served: bool, loaded_before: bool
+) -> LoadedState | None:
+    """The Loaded condition `sglang_status` sets (None: it leaves Loaded as it is, for an
+    adapter never served). Resync compares with this, not with a whole status built for it."""
+    if not served and not loaded_before:
+        return None
+    return summarize(report, redact)
+
+
+def stamps_load_time(current: Mapping[str, Any], report: ServingReport, served: bool) -> bool:
+    """Whether `sglang_status` sets lastLoadedAt now."""
+    if not served:
+        return False
+    serving = any(p.state == "serving" for t in report.targets for p in t.pods)
+    return bool(report.loaded_now) or (serving and not current.get("lastLoadedAt"))
 
 
 def unload_failed_status(
