@@ -4,16 +4,19 @@ Trigger: `dev.knative.sources.ping`, from the PingSource or from the filer sourc
 `{"full": true, "reason": ...}` (the filer source, when the filer's metadata log no longer
 covers its cursor) adds a stat nudge for every admitted seed-1 adapter, Ready ones included:
 their files may have changed unnoticed.
-Reads: ModelDeployments, InferenceServices and serving Pods (`loraflow.io/serving=true`), held
-for the tick (targets and pods are few); the adapters of both kinds page by page
-(`LORAFLOW_LIST_PAGE_SIZE`), never all at once; one `GET /v1/models` per Ready pod (fanned out),
-one namespace's pods at a time.
+Reads: InferenceServices and serving Pods (`loraflow.io/serving=true`), held for the tick
+(they are few); the ModelDeployments and the adapters of both kinds page by page
+(`LORAFLOW_LIST_PAGE_SIZE`), never all at once (ModelDeployments name every vllm adapter, so
+only two namespaces' of them are held: the lists come in (namespace, name) order, as the API
+server keeps its keys); one `GET /v1/models` per Ready pod (fanned out), one namespace's pods
+at a time.
 Writes: nothing. Publishes `io.loraflow.adapter.drifted.v1` (extension `loraflowstep` =
 admit|stat|load|unload, data.reason) to the Broker for what drifted only, shard by shard.
 Outcomes: 204 (nudges are published, not replied); 503 when the API or the Broker fails.
 Cost: the paginated lists (about adapters / page size requests, the sglang kind twice) + one
-listing per Ready pod, no per-adapter API call; memory: one page of adapters, one namespace's
-sglang adapters and pod listings, the targets and pods (functions/logic/drift.py: shards).
+listing per Ready pod, no per-adapter API call; memory: a page of adapters and one of
+ModelDeployments, one namespace's sglang adapters and pod listings, the InferenceServices and
+pods (functions/logic/drift.py: shards).
 """
 
 from __future__ import annotations
@@ -70,19 +73,14 @@ def handle(event: CloudEvent, deps: Deps) -> Reply:
 
 
 class Held(NamedTuple):
-    """What a tick holds from start to end: the targets and the Ready pods' engines."""
+    """What a tick holds from start to end: the InferenceServices and the Ready pods' engines."""
 
-    deployments: Mapping[str, Sequence[Obj]]
-    """namespace -> its ModelDeployments."""
     services: Mapping[drift.Namespaced, Obj]
     pods: Mapping[TargetKey, Sequence[Endpoint]]
 
 
 def hold(deps: Deps) -> Held:
     kube, page = deps.kube, deps.settings.list_page_size
-    deployments: dict[str, list[Obj]] = defaultdict(list)
-    for md in kube.iter(MODEL_DEPLOYMENT, page_size=page):
-        deployments[facts.namespace_of(md)].append(md)
     services = {
         (facts.namespace_of(s), facts.name_of(s)): s for s in kube.iter(INFERENCE_SERVICE, page_size=page)
     }
@@ -92,7 +90,32 @@ def hold(deps: Deps) -> Held:
         ep = fleet.endpoint_of(deps, pod, target) if target is not None else None
         if ep is not None and target is not None:
             pods[target].append(ep)
-    return Held(dict(deployments), services, dict(pods))
+    return Held(services, dict(pods))
+
+
+class Deployments:
+    """The ModelDeployments one namespace at a time, in the list's order, read as they are
+    judged: the namespace being judged and the next one are held, no more."""
+
+    def __init__(self, objects: Iterable[Obj]) -> None:
+        self._groups = ((ns, list(group)) for ns, group in groupby(objects, key=facts.namespace_of))
+        self._next = next(self._groups, None)
+
+    def upcoming(self) -> tuple[str, Sequence[TargetKey]] | None:
+        """The next namespace with ModelDeployments, and their keys (None: no more)."""
+        if self._next is None:
+            return None
+        return self._next[0], _md_keys(self._next[0], self._next[1])
+
+    def take(self) -> tuple[str, list[Obj]]:
+        """The next namespace's ModelDeployments (there must be one: `upcoming`)."""
+        assert self._next is not None
+        taken, self._next = self._next, next(self._groups, None)
+        return taken
+
+
+def _md_keys(namespace: str, mds: Sequence[Obj]) -> list[TargetKey]:
+    return [TargetKey("ModelDeployment", namespace, facts.name_of(md)) for md in mds]
 
 
 def listings(deps: Deps, held: Held, targets: Iterable[TargetKey]) -> dict[drift.Namespaced, dict[str, Any]]:
@@ -111,21 +134,24 @@ class Ahead:
     """Each namespace's pod listings, fetched one namespace ahead of the one being judged (the
     engines answer while the planner works); at most two namespaces' listings are held."""
 
-    def __init__(self, deps: Deps, held: Held, targets: Mapping[str, Sequence[TargetKey]]) -> None:
-        self._deps, self._held, self._targets = deps, held, targets
-        self._order = sorted(targets)
+    def __init__(self, deps: Deps, held: Held) -> None:
+        self._deps, self._held = deps, held
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="resync-ahead")
         self._pending: dict[str, Future[dict[drift.Namespaced, dict[str, Any]]]] = {}
 
-    def _submit(self, namespace: str) -> Future[dict[drift.Namespaced, dict[str, Any]]]:
-        targets = self._targets.get(namespace, ())
+    def _submit(self, targets: Sequence[TargetKey]) -> Future[dict[drift.Namespaced, dict[str, Any]]]:
         return self._pool.submit(listings, self._deps, self._held, targets)
 
-    def listings(self, namespace: str) -> dict[drift.Namespaced, dict[str, Any]]:
-        future = self._pending.pop(namespace, None) or self._submit(namespace)
-        following = bisect.bisect_right(self._order, namespace)
-        if following < len(self._order) and self._order[following] not in self._pending:
-            self._pending[self._order[following]] = self._submit(self._order[following])
+    def listings(
+        self,
+        namespace: str,
+        targets: Sequence[TargetKey],
+        following: tuple[str, Sequence[TargetKey]] | None,
+    ) -> dict[drift.Namespaced, dict[str, Any]]:
+        """`namespace`'s listings (its `targets`' pods); `following`'s are fetched meanwhile."""
+        future = self._pending.pop(namespace, None) or self._submit(targets)
+        if following is not None and following[0] not in self._pending:
+            self._pending[following[0]] = self._submit(following[1])
         return future.result()
 
     def close(self) -> None:
@@ -217,59 +243,53 @@ def _chunks(objects: Iterable[Obj], size: int) -> Iterator[tuple[str, list[Obj]]
 
 
 def _vllm_shards(deps: Deps, held: Held, models: Models) -> Iterator[drift.Snapshot]:
-    """One namespace at a time: its ModelDeployments and their pods' listings, then its
-    adapters a chunk at a time, then the copies no chunk named (orphans)."""
+    """One namespace at a time, in the lists' order: its ModelDeployments and their pods'
+    listings, then its adapters a chunk at a time, then the copies no chunk named (orphans)."""
     page = deps.settings.list_page_size
-    pending = sorted(held.deployments)  # namespaces with deployments not reached yet
+    # read as judged, a page when the last is used up: read ahead, two pages would be queued
+    deployments = Deployments(deps.kube.iter(MODEL_DEPLOYMENT, page_size=page))
     current: str | None = None
+    mds: list[Obj] = []
     pods: dict[drift.Namespaced, dict[str, Any]] = {}
     unnamed: set[str] = set()
+    ahead = Ahead(deps, held)
 
-    targets = {
-        namespace: [TargetKey("ModelDeployment", namespace, facts.name_of(md)) for md in mds]
-        for namespace, mds in held.deployments.items()
-    }
-    ahead = Ahead(deps, held, targets)
-
-    def enter(namespace: str) -> None:
-        nonlocal current, pods, unnamed
-        current = namespace
-        pods = ahead.listings(namespace)
+    def enter(namespace: str, its_mds: list[Obj]) -> None:
+        nonlocal current, mds, pods, unnamed
+        current, mds = namespace, its_mds
+        pods = ahead.listings(namespace, _md_keys(namespace, its_mds), deployments.upcoming())
         unnamed = drift.listed(pods)
 
     def leave() -> Iterator[drift.Snapshot]:
         if current is not None and unnamed:
-            yield drift.Snapshot(deployments=_mds(held, current), md_pods=drift.restrict(pods, unnamed))
+            yield drift.Snapshot(deployments=mds, md_pods=drift.restrict(pods, unnamed))
+
+    def before(namespace: str | None) -> Iterator[drift.Snapshot]:
+        """The namespaces with ModelDeployments but no adapter, up to `namespace` (None: all)."""
+        while (upcoming := deployments.upcoming()) and (namespace is None or upcoming[0] < namespace):
+            enter(*deployments.take())
+            yield from leave()
 
     adapters = read_ahead(deps.kube.iter(VLLM_ADAPTER, page_size=page), page)
     try:
         for namespace, chunk in _chunks(adapters, page):
             if namespace != current:
                 yield from leave()
-                while pending and pending[0] < namespace:
-                    enter(pending.pop(0))
-                    yield from leave()
-                if pending and pending[0] == namespace:
-                    pending.pop(0)
-                enter(namespace)
+                yield from before(namespace)
+                upcoming = deployments.upcoming()
+                enter(namespace, deployments.take()[1] if upcoming and upcoming[0] == namespace else [])
             names = {facts.name_of(obj) for obj in chunk}
             unnamed -= names
             yield drift.Snapshot(
                 v1=chunk,
-                deployments=_mds(held, namespace),
+                deployments=mds,
                 md_pods=drift.restrict(pods, names),
                 models=models.existing(chunk),
             )
         yield from leave()
-        for namespace in pending:
-            enter(namespace)
-            yield from leave()
+        yield from before(None)
     finally:
         ahead.close()
-
-
-def _mds(held: Held, namespace: str) -> Sequence[Obj]:
-    return held.deployments.get(namespace, ())
 
 
 def _sglang_shards(deps: Deps, held: Held) -> Iterator[drift.Snapshot]:
@@ -281,35 +301,57 @@ def _sglang_shards(deps: Deps, held: Held) -> Iterator[drift.Snapshot]:
         ref = facts.isvc_ref(obj)
         if ref.namespace != facts.namespace_of(obj):
             foreign[ref.namespace].append(obj)
-    targets: dict[str, list[TargetKey]] = defaultdict(list)
-    for namespace, name in sorted(held.services):
-        targets[namespace].append(TargetKey("InferenceService", namespace, name))
-    ahead = Ahead(deps, held, targets)
-    pending = sorted(set(targets) | set(foreign))
+    targets = SglangTargets(held)
+    ahead = Ahead(deps, held)
+    pending = sorted(set(targets.namespaces) | set(foreign))
     adapters = read_ahead(deps.kube.iter(SGLANG_ADAPTER, page_size=page), page)
     try:
         for namespace, group in groupby(adapters, key=facts.namespace_of):
             while pending and pending[0] < namespace:
-                yield _sglang_shard(held, pending.pop(0), [], foreign, ahead)
+                yield _sglang_shard(targets, pending.pop(0), [], foreign, ahead)
             if pending and pending[0] == namespace:
                 pending.pop(0)
-            yield _sglang_shard(held, namespace, list(group), foreign, ahead)
+            yield _sglang_shard(targets, namespace, list(group), foreign, ahead)
         for namespace in pending:
-            yield _sglang_shard(held, namespace, [], foreign, ahead)
+            yield _sglang_shard(targets, namespace, [], foreign, ahead)
     finally:
         ahead.close()
 
 
+class SglangTargets:
+    """The InferenceServices by namespace, in namespace order."""
+
+    def __init__(self, held: Held) -> None:
+        self.services = held.services
+        self._of: dict[str, list[TargetKey]] = defaultdict(list)
+        for namespace, name in sorted(held.services):
+            self._of[namespace].append(TargetKey("InferenceService", namespace, name))
+        self.namespaces = sorted(self._of)
+
+    def of(self, namespace: str) -> list[TargetKey]:
+        return self._of.get(namespace, [])
+
+    def following(self, namespace: str) -> tuple[str, Sequence[TargetKey]] | None:
+        """The next namespace after `namespace` with InferenceServices, and theirs."""
+        index = bisect.bisect_right(self.namespaces, namespace)
+        return (
+            (self.namespaces[index], self.of(self.namespaces[index]))
+            if index < len(self.namespaces)
+            else None
+        )
+
+
 def _sglang_shard(
-    held: Held, namespace: str, own: list[Obj], foreign: Mapping[str, Sequence[Obj]], ahead: Ahead
+    targets: SglangTargets, namespace: str, own: list[Obj], foreign: Mapping[str, Sequence[Obj]], ahead: Ahead
 ) -> drift.Snapshot:
     claimants = list(foreign.get(namespace, ()))
+    mine = targets.of(namespace)
     referenced = {(ref.namespace, ref.name) for ref in map(facts.isvc_ref, own)}
-    services = [s for key, s in sorted(held.services.items()) if key[0] == namespace or key in referenced]
+    keys = sorted({(t.namespace, t.name) for t in mine} | (referenced & targets.services.keys()))
     return drift.Snapshot(
         v2=own + claimants,
-        services=services,
-        isvc_pods=ahead.listings(namespace),
+        services=[targets.services[key] for key in keys],
+        isvc_pods=ahead.listings(namespace, mine, targets.following(namespace)),
         lifecycle=frozenset(_key("sglang", obj) for obj in own),
         serving=frozenset(
             _key("sglang", obj) for obj in own + claimants if facts.isvc_ref(obj).namespace == namespace
