@@ -17,6 +17,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Mapping
 from functools import partial
 from pathlib import Path
 from typing import IO
@@ -136,7 +137,17 @@ def launch(
     (run by `python`, default this interpreter; this process's environment, else `env`)."""
     command = [python or sys.executable, "-m", "functions_framework", "--target", target]
     command += ["--source", str(source), "--signature-type", "http", "--host", host, "--port", str(port)]
-    return subprocess.Popen(command, cwd=ROOT, env=env or dict(os.environ), stdout=out, stderr=out)
+    return subprocess.Popen(command, cwd=ROOT, env=process_environment(env), stdout=out, stderr=out)
+
+
+IMAGE_ENVIRONMENT = {"MALLOC_ARENA_MAX": "2"}
+"""What the functions' image sets for the interpreter beside its own settings (Dockerfile ENV):
+a function started here runs as in the container."""
+
+
+def process_environment(env: Mapping[str, str] | None = None) -> dict[str, str]:
+    """`env` (none or empty: this process's environment) over the image's own."""
+    return {**IMAGE_ENVIRONMENT, **(env or os.environ)}
 
 
 def launch_source(env: dict[str, str], out: IO[bytes] | int = subprocess.DEVNULL) -> subprocess.Popen[bytes]:

@@ -12,6 +12,8 @@ import sys
 import tomllib
 from pathlib import Path
 
+from devstack.functions_host import IMAGE_ENVIRONMENT, process_environment
+
 ROOT = Path(__file__).resolve().parents[2]
 CODE = ("main.py", "events/", "functions/")
 
@@ -101,3 +103,13 @@ def test_what_is_copied_exists_and_is_not_ignored() -> None:
             assert not any(fnmatch.fnmatch(source.rstrip("/"), pattern) for pattern in ignored), source
     for heavy in ("devstack", "tests", "bench", ".venv", ".venv-runtime"):
         assert heavy in ignored
+
+
+def test_the_embedded_stack_starts_the_functions_as_the_image_does() -> None:
+    """What the image sets for the interpreter (MALLOC_ARENA_MAX) the stack's launcher sets too."""
+    image = dict(pair.split("=", 1) for env in of("ENV") for pair in shlex.split(env))
+    assert process_environment({})["MALLOC_ARENA_MAX"] == image["MALLOC_ARENA_MAX"] == "2"
+    assert set(IMAGE_ENVIRONMENT) <= set(image)
+    assert (
+        process_environment({"MALLOC_ARENA_MAX": "8"})["MALLOC_ARENA_MAX"] == "8"
+    )  # an operator's choice wins
