@@ -1,7 +1,8 @@
-"""PodPools: one keep-alive pool per pod behind one httpx client, over real HTTP on loopback.
+"""PodConnections: a small stack of keep-alive connections per engine pod, over real HTTP on
+loopback.
 
-The servers count the TCP connections they accept, so reuse and closing are seen from the
-server's side, as an engine would see them.
+The servers count the TCP connections they accept and hold open, so reuse and closing are seen
+from the server's side, as an engine would see them.
 """
 
 from __future__ import annotations
@@ -12,10 +13,10 @@ from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-import httpx
 import pytest
 
-from functions.adapters.pod_pools import PodPools
+from functions.adapters.keepalive import Deadline
+from functions.adapters.pod_connections import PodConnections
 
 
 class _Ok(BaseHTTPRequestHandler):
@@ -85,53 +86,112 @@ def until(check: Any, timeout: float = 5.0) -> bool:
     return True
 
 
-def test_each_pod_has_its_own_pool_and_keeps_its_connection(servers: list[CountingServer]) -> None:
-    pools = PodPools(keepalive_per_pod=2, idle_after_s=60)
-    with httpx.Client(transport=pools) as http:
-        for _ in range(3):
-            for server in servers:
-                assert http.get(server.url + "/v1/models").text == "ok"
-        assert [s.accepted for s in servers] == [1, 1, 1]  # one connection per pod, reused
-        assert sorted(pools.origins()) == sorted(
-            ("http", s.server_address[0], s.server_address[1]) for s in servers
-        )
+def get(pods: PodConnections, url: str) -> bytes:
+    return pods.to(url).request("GET", "/v1/models", {}, None).body
 
 
-def test_a_pool_idle_too_long_is_closed_when_a_new_pod_arrives(servers: list[CountingServer]) -> None:
+def connections(
+    keepalive_per_pod: int = 2, max_pods: int = 100, clock: Clock | None = None
+) -> PodConnections:
+    return PodConnections(
+        keepalive_per_pod=keepalive_per_pod,
+        idle_after_s=60,
+        max_pods=max_pods,
+        timeout=5,
+        clock=clock or time.monotonic,
+    )
+
+
+def test_each_pod_has_its_own_stack_and_keeps_its_connection(servers: list[CountingServer]) -> None:
+    pods = connections()
+    for _ in range(3):
+        for server in servers:
+            assert get(pods, server.url) == b"ok"
+    assert [s.accepted for s in servers] == [1, 1, 1]  # one connection per pod, reused
+    assert pods.pods() == [s.url for s in servers]
+    pods.close()
+
+
+def test_a_burst_into_one_pod_keeps_at_most_keepalive_per_pod(servers: list[CountingServer]) -> None:
+    """Three exchanges in flight at once on one pod: three connections, two kept afterwards."""
+    pods = connections(keepalive_per_pod=2)
+    server = servers[0]
+    pod = pods.to(server.url)
+    deadline = Deadline(time.monotonic() + 5, time.monotonic)
+    exchanges = [pod.exchange("GET", "/", {}, None, deadline) for _ in range(3)]
+    answers = [exchange.__enter__() for exchange in exchanges]
+    assert [a.read() for a in answers] == [b"ok"] * 3
+    for exchange in exchanges:
+        exchange.__exit__(None, None, None)
+    assert server.accepted == 3
+    assert until(lambda: server.open == 2)  # the third was closed as it came back
+    pods.close()
+
+
+def test_a_pod_idle_too_long_is_dropped_when_a_new_pod_arrives(servers: list[CountingServer]) -> None:
     clock = Clock()
-    pools = PodPools(keepalive_per_pod=2, idle_after_s=60, clock=clock)
+    pods = connections(clock=clock)
     old, kept, new = servers
-    with httpx.Client(transport=pools) as http:
-        http.get(old.url)
-        clock.now += 50
-        http.get(kept.url)
-        clock.now += 20  # old: idle 70 s, kept: 20 s
-        assert old.open == 1  # nothing is closed until a new pod needs a pool
-        http.get(new.url)
-        assert until(lambda: old.open == 0)  # its keep-alive connection was closed
-        assert kept.open == 1 and new.open == 1
-        assert len(pools.origins()) == 2
-        assert http.get(old.url).text == "ok"  # a pod that comes back gets a new pool
-        assert old.accepted == 2
+    get(pods, old.url)
+    clock.now += 50
+    get(pods, kept.url)
+    clock.now += 20  # old: idle 70 s, kept: 20 s
+    assert old.open == 1  # nothing is closed until a new pod arrives
+    get(pods, new.url)
+    assert until(lambda: old.open == 0)  # its keep-alive connection was closed
+    assert kept.open == 1 and new.open == 1
+    assert pods.pods() == [kept.url, new.url]
+    assert get(pods, old.url) == b"ok"  # a pod that comes back gets a new stack
+    assert old.accepted == 2
 
 
-def test_a_call_marks_its_pool_used(servers: list[CountingServer]) -> None:
+def test_a_call_marks_its_pod_called(servers: list[CountingServer]) -> None:
     clock = Clock()
-    pools = PodPools(keepalive_per_pod=2, idle_after_s=60, clock=clock)
+    pods = connections(clock=clock)
     busy, _, new = servers
-    with httpx.Client(transport=pools) as http:
-        for _ in range(3):
-            http.get(busy.url)
-            clock.now += 45  # never 60 s without a call
-        http.get(new.url)
-        assert busy.open == 1 and busy.accepted == 1
+    for _ in range(3):
+        get(pods, busy.url)
+        clock.now += 45  # never 60 s without a call
+    get(pods, new.url)
+    assert busy.open == 1 and busy.accepted == 1
 
 
-def test_close_closes_every_pool(servers: list[CountingServer]) -> None:
-    pools = PodPools(keepalive_per_pod=2, idle_after_s=60)
-    http = httpx.Client(transport=pools)
+def test_at_most_max_pods_keep_connections(servers: list[CountingServer]) -> None:
+    """A resync meets thousands of pods: beyond max_pods the least recently called makes way,
+    however recently it was called."""
+    pods = connections(max_pods=2)
+    first, second, third = servers
+    get(pods, first.url)
+    get(pods, second.url)
+    get(pods, first.url)  # second is now the least recently called
+    get(pods, third.url)
+    assert until(lambda: second.open == 0)
+    assert first.open == 1 and third.open == 1
+    assert pods.pods() == [first.url, third.url]
+
+
+def test_a_pod_dropped_during_a_call_closes_that_connection_as_it_comes_back(
+    servers: list[CountingServer],
+) -> None:
+    pods = connections(max_pods=1)
+    busy, other, _ = servers
+    deadline = Deadline(time.monotonic() + 5, time.monotonic)
+    with pods.to(busy.url).exchange("GET", "/", {}, None, deadline) as answer:
+        get(pods, other.url)  # busy's stack is dropped while its call is in flight
+        assert answer.read() == b"ok"
+    assert until(lambda: busy.open == 0)  # not kept by a stack nobody will use again
+    assert other.open == 1
+
+
+def test_only_http_engine_addresses(servers: list[CountingServer]) -> None:
+    with pytest.raises(ValueError, match="not an engine address"):
+        connections().to("https://" + servers[0].url.removeprefix("http://"))
+
+
+def test_close_closes_every_pod(servers: list[CountingServer]) -> None:
+    pods = connections()
     for server in servers:
-        http.get(server.url)
-    http.close()
+        get(pods, server.url)
+    pods.close()
     assert until(lambda: all(s.open == 0 for s in servers))
-    assert pools.origins() == []
+    assert pods.pods() == []
