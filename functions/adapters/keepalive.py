@@ -248,7 +248,7 @@ class KeepAlive:
         try:
             response = self._send_within(connection, method, target, headers, body, deadline)
         except (OSError, http.client.HTTPException) as err:
-            if not (reused and _may_send_again(method, connection.written, err)):
+            if not (reused and may_send_again(method, connection.written, err)):
                 raise
             connection = self._new()  # the kept one failed under it: once more, anew
             response = self._send_within(connection, method, target, headers, body, deadline)
@@ -334,7 +334,7 @@ class KeepAlive:
         connection.close()
 
 
-def _may_send_again(method: str, written: int, err: Exception) -> bool:
+def may_send_again(method: str, written: int, err: Exception) -> bool:
     """After a kept connection failed: Go's rule (net/http `shouldRetryRequest`) for sending
     the request again on a new one."""
     if isinstance(err, TimeoutError):
