@@ -130,6 +130,8 @@ class _Connection(http.client.HTTPConnection):
         """Made by the first `within`: the deadline this connection's exchange reads under."""
         self.written = 0
         """Bytes of the current exchange's request handed to the kernel (0: none can have left)."""
+        self._hold = False
+        self._held: bytes | None = None
 
     def connect(self) -> None:
         super().connect()
@@ -137,10 +139,13 @@ class _Connection(http.client.HTTPConnection):
             self.sock = self._context.wrap_socket(self.sock, server_hostname=self._server_name or self.host)
         self.sock.settimeout(self._read_timeout)
 
-    def within(self, deadline: Deadline | None) -> None:
+    def within(self, deadline: Deadline | None, body_follows: bool = False) -> None:
         """Every socket operation of the next round trip ends by `deadline` (None: `bound`'s
-        per-operation timeouts again); a connection made for it connects within what is left."""
+        per-operation timeouts again); a connection made for it connects within what is left.
+        `body_follows`: the request has a body, written with its header block in one send."""
         self.written = 0
+        self._held = None
+        self._hold = body_follows
         if self._within is None:
             if deadline is None:
                 return
@@ -155,6 +160,11 @@ class _Connection(http.client.HTTPConnection):
         if deadline is None or not isinstance(data, bytes):
             super().send(data)
             return
+        if self._hold:  # http.client sends the header block, then the body: one packet instead
+            self._hold, self._held = False, data
+            return
+        if self._held is not None:
+            data, self._held = self._held + data, None
         if self.sock is None:
             self.connect()  # as http.client's own send does (auto_open)
         view = memoryview(data)
@@ -284,7 +294,7 @@ class KeepAlive:
         deadline: Deadline,
     ) -> http.client.HTTPResponse:
         try:
-            connection.within(deadline)
+            connection.within(deadline, body_follows=bool(body))
             connection.request(method, self._prefix + target or "/", body=body, headers=dict(headers))
             return connection.getresponse()
         except BaseException:
