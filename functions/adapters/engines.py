@@ -37,9 +37,9 @@ ANSWER_MAX_BYTES = 64 << 10
 """Load and unload answer with a sentence (vLLM) or a small JSON object (SGLang)."""
 POD_IDLE_S = 600.0
 """A pod not called for this long has its connections closed (resync calls every pod each tick)."""
-IDLE_CONNECTIONS_MAX = 1024
-"""Idle connections kept across all pods at most (each an open file): the pods that keep any
-are capped at this over `keepalive_per_pod`."""
+IDLE_CONNECTIONS_MAX = 512
+"""Idle engine connections kept across all pods at most, each an open file (a container's soft
+limit can be 1,024): the pods that keep any are capped at this over `keepalive_per_pod`."""
 HEADERS = {"Accept-Encoding": "identity"}
 POST_HEADERS = {**HEADERS, "Content-Type": "application/json"}
 ReplaceMode = Literal["inplace", "reload"]
@@ -108,9 +108,10 @@ PROTOCOLS: dict[Runtime, RuntimeProtocol] = {"vllm": VllmProtocol(), "sglang": S
 
 
 # -- reading answers -----------------------------------------------------------------------------------
-def read_bounded(response: http.client.HTTPResponse, limit: int, deadline: Deadline) -> bytes:
-    """The raw body, or AnswerError once it passes `limit` bytes or the wall-clock `deadline`
-    (each receive is bounded by what is left of it: a trickled answer ends at the deadline)."""
+def read_bounded(response: http.client.HTTPResponse, limit: int) -> bytes:
+    """The raw body, or AnswerError once it passes `limit` bytes or its exchange's deadline
+    (`KeepAlive.exchange` bounds each receive by what is left of it: a trickled answer ends
+    at the deadline, not one read timeout after it)."""
     encoding = (response.getheader("content-encoding") or "identity").strip().lower()
     if encoding not in ("", "identity"):
         raise AnswerError(
@@ -267,7 +268,7 @@ class Engines:
         payload = None if body is None else json.dumps(body, separators=(",", ":")).encode()
         headers = HEADERS if payload is None else POST_HEADERS
         with self._pods.to(endpoint.url).exchange(method, path, headers, payload, deadline) as response:
-            content = read_bounded(response, limit, deadline)
+            content = read_bounded(response, limit)
             return Answer(response.status, response.getheader("content-type") or "", content)
 
     def healthy(self, endpoint: Endpoint) -> bool:
