@@ -116,6 +116,15 @@ class Pod:
     def close(self) -> None:
         self._listener.close()
 
+    def wait_closed(self, count: int, timeout: float = 5.0) -> bool:
+        """Until `count` of its connections are over (closed by either side)."""
+        deadline = time.monotonic() + timeout
+        while self.closed < count:
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(0.005)
+        return True
+
     def _accept(self) -> None:
         while True:
             try:
@@ -167,15 +176,6 @@ def pods() -> Iterator[Callable[..., Pod]]:
         pod.close()
 
 
-def until(check: Callable[[], bool], timeout: float = 5.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while not check():
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.005)
-    return True
-
-
 def at(pod: Pod) -> Endpoint:
     return Endpoint("ns", "pod-0", pod.url, "vllm", 0)
 
@@ -225,11 +225,10 @@ def test_each_pod_gets_its_own_connections(pods: Callable[..., Pod], engines: En
 def test_a_pod_that_closed_its_connection_between_calls_gets_a_new_one(
     pods: Callable[..., Pod], engines: Engines
 ) -> None:
-    pod = pods(then_close(LOADED), then_close(LOADED), LOADED)
-    for closed in (1, 2):
+    pod = pods(then_close(LOADED), then_close(LOADED), then_close(LOADED))
+    for closed in (1, 2, 3):
         assert engines.load(at(pod), "a1", "/p/a1").reason == reasons.POD_LOADED
-        assert until(lambda n=closed: pod.closed == n)  # so the kept socket shows it before the next call
-    assert engines.load(at(pod), "a1", "/p/a1").reason == reasons.POD_LOADED
+        assert pod.wait_closed(closed)  # so the kept socket shows it before the next call
     assert pod.accepted == 3
     assert len(pod.requests) == 3  # each load sent once
 

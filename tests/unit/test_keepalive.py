@@ -191,9 +191,9 @@ def test_a_request_can_bound_itself_tighter_than_the_client(silent: str) -> None
     [
         ("POST", 0, BrokenPipeError(), True),  # not one byte left: the server never saw it
         ("POST", 0, ConnectionResetError(), True),
-        ("POST", 120, http.client.RemoteDisconnected(), False),  # it may have been read
+        ("POST", 120, http.client.RemoteDisconnected("closed"), False),  # it may have been read
         ("POST", 120, ConnectionResetError(), False),
-        ("GET", 80, http.client.RemoteDisconnected(), True),  # idempotent, closed before an answer
+        ("GET", 80, http.client.RemoteDisconnected("closed"), True),  # idempotent, closed before an answer
         ("GET", 80, ConnectionResetError(), True),
         ("GET", 80, http.client.IncompleteRead(b""), False),  # an answer had begun
         ("GET", 0, TimeoutError(), False),  # the deadline is spent, not the connection
