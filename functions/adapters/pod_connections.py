@@ -1,12 +1,10 @@
 """Keep-alive connections to engine pods: one small idle stack per pod (`KeepAlive`).
 
 A load fans out to every replica of a deployment, and a reload bursts into one pod, so each pod
-keeps up to `keepalive_per_pod` idle connections for the next call. httpx's client and pool
-cost ~0.7-1.2 ms of CPU per request on top of the socket work; a `KeepAlive` round trip costs
-the http.client exchange alone. (A pool per pod already mattered under httpx: httpcore's pool
-polls every idle connection it holds on each request, so one pool shared by 50 pods made every
-call pay for all 50: 50 loads at 100 ms, 10 in flight, ~590 ms against ~540 ms with a pool per
-pod and ~520 ms with bare http.client, on 2 cores.)
+keeps up to `keepalive_per_pod` idle connections for the next call. A call takes the most
+recently used idle one of its own pod (no scan of other pods' connections, as httpcore's single
+pool did: one pool shared by 50 pods made every call pay for all 50), and costs the http.client
+exchange alone (functions/adapters/engines.py has the figures).
 
 Pods come and go with new addresses, and a resync meets every Ready pod (5,000 at scale), so
 two bounds hold: a pod not called for `idle_after_s` has its connections closed when the next
