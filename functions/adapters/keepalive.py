@@ -13,17 +13,29 @@ that fails before any answer arrived is retried once on a new connection, as a s
 keep-alive socket is not the server's answer (`replay=False`: reported instead). Failures are
 raised as httpx's transport errors, so callers handle both transports alike. The embedded
 stack's stand-ins send through the same connections (devstack/keepalive.py).
+
+`exchange` is the engines' round trip (functions/adapters/engines.py): a pod is another
+tenant's process, so the whole call has one wall-clock deadline (every connect, send and
+receive, the headers' included, bounded by what is left of it), the caller reads the body
+under its own byte cap, and a connection whose answer was not read to its end is closed, never
+reused. A request is sent again on a new connection as Go's transport decides it
+(`persistConn.shouldRetryRequest`, net/http/transport.go): only after a kept connection failed,
+and only when not one byte of the request had been written, or when the request is a GET and
+the server closed or reset the connection before the first byte of an answer. A POST that may
+have reached the engine is never sent twice (a vLLM load sent again answers "already loaded").
 """
 
 from __future__ import annotations
 
 import http.client
+import io
 import select
 import socket
 import ssl
 import threading
-from collections.abc import Mapping
-from typing import NamedTuple
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+from typing import Any, NamedTuple
 from urllib.parse import urlsplit
 
 import httpx
@@ -37,6 +49,63 @@ class Answer(NamedTuple):
     body: bytes
     headers: Mapping[str, str]
     """Lower-cased names; a repeated header's values joined by ", " (RFC 9110 5.3)."""
+
+
+class Deadline(NamedTuple):
+    """The wall-clock moment one exchange must be over by, on `clock`'s scale."""
+
+    at: float
+    clock: Callable[[], float]
+
+    def left(self) -> float:
+        """What is left of it; TimeoutError once it has passed."""
+        left = self.at - self.clock()
+        if left <= 0:
+            raise TimeoutError("deadline passed")
+        return left
+
+
+class _DeadlineReader(io.RawIOBase):
+    """A socket's receive side with each receive bounded by what is left of the deadline, so
+    that a server trickling its status line, headers or body one byte at a time is still cut
+    off at the deadline (a per-read timeout alone would wait for it forever)."""
+
+    def __init__(self, raw: io.RawIOBase, sock: socket.socket, deadline: Deadline) -> None:
+        super().__init__()
+        self._raw = raw  # the socket's own file (it keeps the socket open until it is closed)
+        self._sock = sock
+        self._deadline = deadline
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int | None:
+        self._sock.settimeout(self._deadline.left())
+        return self._raw.readinto(buffer)
+
+    def close(self) -> None:
+        self._raw.close()
+        super().close()
+
+
+class _Within:
+    deadline: Deadline | None = None
+
+
+def _reading_within(within: _Within) -> type[http.client.HTTPResponse]:
+    """http.client's response, reading through `_DeadlineReader` while `within` has a deadline
+    (HTTPConnection builds its response from the socket alone: the deadline rides in here)."""
+
+    class Response(http.client.HTTPResponse):
+        def __init__(
+            self, sock: socket.socket, debuglevel: int = 0, method: str | None = None, url: str | None = None
+        ) -> None:
+            super().__init__(sock, debuglevel, method, url)
+            if within.deadline is not None:  # nothing was read yet: its buffer is empty
+                raw = self.fp.detach()
+                self.fp = io.BufferedReader(_DeadlineReader(raw, sock, within.deadline))
+
+    return Response
 
 
 class _Connection(http.client.HTTPConnection):
@@ -57,12 +126,53 @@ class _Connection(http.client.HTTPConnection):
         self._default_read_timeout = self._read_timeout = read_timeout
         self._context = context
         self._server_name = server_name
+        self._within: _Within | None = None
+        """Made by the first `within`: the deadline this connection's exchange reads under."""
+        self.written = 0
+        """Bytes of the current exchange's request handed to the kernel (0: none can have left)."""
+        self._hold = False
+        self._held: bytes | None = None
 
     def connect(self) -> None:
         super().connect()
         if self._context is not None:
             self.sock = self._context.wrap_socket(self.sock, server_hostname=self._server_name or self.host)
         self.sock.settimeout(self._read_timeout)
+
+    def within(self, deadline: Deadline | None, body_follows: bool = False) -> None:
+        """Every socket operation of the next round trip ends by `deadline` (None: `bound`'s
+        per-operation timeouts again); a connection made for it connects within what is left.
+        `body_follows`: the request has a body, written with its header block in one send."""
+        self.written = 0
+        self._held = None
+        self._hold = body_follows
+        if self._within is None:
+            if deadline is None:
+                return
+            self._within = _Within()
+            self.response_class = _reading_within(self._within)
+        self._within.deadline = deadline
+        if deadline is not None:
+            self.timeout = min(deadline.left(), self._connect_timeout)
+
+    def send(self, data: Any) -> None:
+        deadline = self._within.deadline if self._within is not None else None
+        if deadline is None or not isinstance(data, bytes):
+            super().send(data)
+            return
+        if self._hold:  # http.client sends the header block, then the body: one packet instead
+            self._hold, self._held = False, data
+            return
+        if self._held is not None:
+            data, self._held = self._held + data, None
+        if self.sock is None:
+            self.connect()  # as http.client's own send does (auto_open)
+        view = memoryview(data)
+        while view:  # counted, so that a failure knows whether any byte left (sendall does not say)
+            self.sock.settimeout(deadline.left())
+            sent = self.sock.send(view)
+            self.written += sent
+            view = view[sent:]
 
     def bound(self, timeout: float | None) -> None:
         """Each socket operation of the next round trip takes at most `timeout` (None: the
@@ -99,6 +209,7 @@ class KeepAlive:
         self._replay = replay
         self._idle: list[_Connection] = []
         self._lock = threading.Lock()
+        self._closed = False
 
     def request(
         self,
@@ -130,11 +241,65 @@ class KeepAlive:
         self._give_back(connection)
         return answer
 
+    @contextmanager
+    def exchange(
+        self,
+        method: str,
+        target: str,
+        headers: Mapping[str, str],
+        body: bytes | None,
+        deadline: Deadline,
+    ) -> Iterator[http.client.HTTPResponse]:
+        """One round trip ending by `deadline`: the answer with its status and headers read, for
+        the caller to read the body from (`read1`: each receive bounded by what is left). The
+        connection is kept for the next one only when the body was read to its end inside the
+        block. Failures are the standard library's (TimeoutError, OSError, HTTPException)."""
+        connection, reused = self._take()
+        try:
+            response = self._send_within(connection, method, target, headers, body, deadline)
+        except (OSError, http.client.HTTPException) as err:
+            if not (reused and may_send_again(method, connection.written, err)):
+                raise
+            connection = self._new()  # the kept one failed under it: once more, anew
+            response = self._send_within(connection, method, target, headers, body, deadline)
+        kept = False
+        try:
+            yield response
+            # read to its end (what is left would garble the next answer on this connection); a
+            # sized body read to its length leaves the response open (http.client 3.11 `read1`)
+            kept = response.isclosed() or (not response.chunked and response.length == 0)
+        finally:
+            connection.within(None)
+            response.close()
+            if kept:
+                self._give_back(connection)
+            else:
+                connection.close()
+
     def close(self) -> None:
+        """Close the idle connections, and each one in use as it comes back."""
         with self._lock:
+            self._closed = True
             idle, self._idle = self._idle, []
         for connection in idle:
             connection.close()
+
+    def _send_within(
+        self,
+        connection: _Connection,
+        method: str,
+        target: str,
+        headers: Mapping[str, str],
+        body: bytes | None,
+        deadline: Deadline,
+    ) -> http.client.HTTPResponse:
+        try:
+            connection.within(deadline, body_follows=bool(body))
+            connection.request(method, self._prefix + target or "/", body=body, headers=dict(headers))
+            return connection.getresponse()
+        except BaseException:
+            connection.close()
+            raise
 
     def _round_trip(
         self,
@@ -173,10 +338,20 @@ class KeepAlive:
         if connection.sock is None:
             return
         with self._lock:
-            if len(self._idle) < self._max_idle:
+            if not self._closed and len(self._idle) < self._max_idle:
                 self._idle.append(connection)
                 return
         connection.close()
+
+
+def may_send_again(method: str, written: int, err: Exception) -> bool:
+    """After a kept connection failed: Go's rule (net/http `shouldRetryRequest`) for sending
+    the request again on a new one."""
+    if isinstance(err, TimeoutError):
+        return False  # the deadline is spent, not the connection
+    if written == 0:
+        return True  # not one byte of it left this process: the server cannot have seen it
+    return method == "GET" and isinstance(err, STALE)  # closed before any answer; GET is idempotent
 
 
 def _headers(message: http.client.HTTPMessage) -> dict[str, str]:

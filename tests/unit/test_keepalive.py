@@ -4,6 +4,7 @@ failure arrives as httpx's transport errors (what functions.adapters.kube transl
 
 from __future__ import annotations
 
+import http.client
 import socket
 import ssl
 import threading
@@ -16,7 +17,7 @@ import httpx
 import pytest
 
 from devstack.standins.kube import KubeServer
-from functions.adapters.keepalive import KeepAlive
+from functions.adapters.keepalive import KeepAlive, may_send_again
 
 
 class Counting(ThreadingHTTPServer):
@@ -183,3 +184,25 @@ def test_a_request_can_bound_itself_tighter_than_the_client(silent: str) -> None
     with pytest.raises(httpx.TimeoutException):
         client.request("POST", "/", {}, b"{}", timeout=0.2)
     assert time.monotonic() - started < 5
+
+
+@pytest.mark.parametrize(
+    ("method", "written", "error", "again"),
+    [
+        ("POST", 0, BrokenPipeError(), True),  # not one byte left: the server never saw it
+        ("POST", 0, ConnectionResetError(), True),
+        ("POST", 120, http.client.RemoteDisconnected("closed"), False),  # it may have been read
+        ("POST", 120, ConnectionResetError(), False),
+        ("GET", 80, http.client.RemoteDisconnected("closed"), True),  # idempotent, closed before an answer
+        ("GET", 80, ConnectionResetError(), True),
+        ("GET", 80, http.client.IncompleteRead(b""), False),  # an answer had begun
+        ("GET", 0, TimeoutError(), False),  # the deadline is spent, not the connection
+        ("POST", 120, TimeoutError(), False),
+    ],
+)
+def test_a_request_is_sent_again_after_a_kept_connection_failed_by_gos_rule(
+    method: str, written: int, error: Exception, again: bool
+) -> None:
+    """net/http shouldRetryRequest: nothing written, or a replayable request the server closed
+    on before answering (exchange only asks this after a kept connection failed)."""
+    assert may_send_again(method, written, error) is again
