@@ -11,7 +11,8 @@ stat re-reads the adapter and lists its directory (no change: 204), load re-read
 adapter, lists deployments and pods and asks each engine for its listing (all present: 204,
 status unchanged, nothing written).
 Measured: events / (last delivery done - first publish), and the per-event latency (publish
-to delivery done, queueing included) from the broker's own log; then the same nudges paced at
+to delivery done, queueing included) from the broker's own log, and the CPU per event of the
+step's process and of this one (bench/cpu.py); then the same nudges paced at
 100 events/s (each published at its own instant of a fixed schedule) with its p50/p99; also
 one event at a time (service time without queueing). The log is followed from a cursor:
 this process is also the broker and the stand-ins, whose interpreter the measuring shares.
@@ -31,6 +32,7 @@ from cloudevents.http import CloudEvent
 
 from bench import world as w
 from bench.common import Result, median_of, percentile
+from bench.cpu import stack_cpu
 from devstack.seaweedfs import shared
 from devstack.stack import Stack
 from events.domain import ADAPTER_DRIFTED, STEP_EXTENSION
@@ -144,13 +146,23 @@ def _summary(done: list[dict[str, Any]], count: int, elapsed: float) -> dict[str
 def _burst(stack: Stack, step: str, adapters: list[str], count: int) -> dict[str, Any]:
     events = [_nudge(step, adapters[i % len(adapters)]) for i in range(count)]
     tracker = _Tracker(stack, {e["id"] for e in events})
+    cpu_before = stack_cpu(stack)
     started = time.perf_counter()
     for event in events:
         stack.broker.publish(event)
     done = tracker.wait()
     elapsed = time.perf_counter() - started
+    cpu_after = stack_cpu(stack)
     stack.settle(timeout=30, quiet=0.3)
-    return _summary(done, count, elapsed)
+    summary = _summary(done, count, elapsed)
+    # CPU per event of the step's process and of this one (broker, API server, engines): on two
+    # cores their sum bounds the rate, and it moves less with the machine's speed than the rate
+    summary["cpu_ms_per_event"] = {
+        who: round((cpu_after[key] - cpu_before.get(key, 0.0)) * 1000 / count, 2)
+        for who, key in (("function", f"function/{step}"), ("standins", "standins"))
+        if key in cpu_after
+    }
+    return summary
 
 
 def _paced(stack: Stack, step: str, adapters: list[str], count: int, rate: float) -> dict[str, Any]:
@@ -233,7 +245,9 @@ def run(smoke: bool) -> Result:
             f"{s}: {r['events_per_s']:.0f} events/s ({r['ratio_to_before']:.1f}x), burst p50 "
             f"{r['latency_ms']['p50']:.0f} / p99 {r['latency_ms']['p99']:.0f} ms, at 100/s p50 "
             f"{r['paced']['latency_ms']['p50']:.0f} / p99 {r['paced']['latency_ms']['p99']:.0f} ms, "
-            f"alone p50 {r['one_at_a_time_ms']['p50']:.0f} ms"
+            f"alone p50 {r['one_at_a_time_ms']['p50']:.0f} ms; CPU per event: function "
+            f"{r['cpu_ms_per_event'].get('function', 0):.2f} ms, stand-ins "
+            f"{r['cpu_ms_per_event'].get('standins', 0):.2f} ms"
             for s, r in results.items()
         ),
     )

@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import threading
 import time
 from collections import Counter
@@ -40,6 +39,7 @@ import httpx
 
 from bench import world as w
 from bench.common import Result, percentile
+from bench.cpu import stack_cpu
 from bench.upload_latency import (
     NS,
     Probe,
@@ -73,36 +73,6 @@ def _condition(kind: str, reason: str) -> dict[str, str]:
     return {"type": kind, "status": "True", "reason": reason, "message": "ok", "lastTransitionTime": STAMP}
 
 
-def _cpu_seconds(pid: int) -> float:
-    """utime + stime of a process (and of its reaped children: gunicorn's worker) from /proc."""
-    with open(f"/proc/{pid}/stat") as stat:
-        fields = stat.read().rsplit(")", 1)[1].split()
-    ticks = sum(int(f) for f in fields[11:15])  # utime stime cutime cstime (proc(5) fields 14-17)
-    return ticks / os.sysconf("SC_CLK_TCK")
-
-
-def _cpu(stack: Stack) -> dict[str, float]:
-    """CPU seconds so far: this process (every stand-in, the uploads, the probe) and each
-    supervised process (the functions; a function's gunicorn worker is its child)."""
-    found = {"standins": time.process_time()}
-    for proc in stack.supervisor.processes():
-        pid = proc["pid"]
-        if pid is None:
-            continue
-        with contextlib.suppress(OSError):
-            total = _cpu_seconds(pid)
-            for child in _children(pid):
-                total += _cpu_seconds(child)
-            found[str(proc["name"])] = total
-    return found
-
-
-def _children(pid: int) -> list[int]:
-    with contextlib.suppress(OSError), open(f"/proc/{pid}/task/{pid}/children") as listing:
-        return [int(c) for c in listing.read().split()]
-    return []
-
-
 def _create_all(stack: Stack, names: list[str]) -> None:
     with ThreadPoolExecutor(UPLOADERS) as pool:
         list(pool.map(lambda n: create_adapter(stack, n, md5s_of(adapter_files(n))), names))
@@ -131,7 +101,7 @@ def _storm(stack: Stack, probe: Probe, names: list[str], timeout: float) -> dict
     done: dict[str, float] = {}
     before = dict(vars(stack.broker.counters))
     since = max((e["seq"] for e in stack.broker.log.since(0)), default=0)
-    cpu_before = _cpu(stack)
+    cpu_before = stack_cpu(stack)
     expired_before = sum(s.expired for s in stack.sources)
     unsent_before = sum(s.unsent for s in stack.sources)
     started = time.perf_counter()
@@ -156,7 +126,7 @@ def _storm(stack: Stack, probe: Probe, names: list[str], timeout: float) -> dict
     # the last adapter done, or the timeout when some never were (the row is then not met)
     makespan = (max(done.values()) if len(done) == len(names) else time.perf_counter()) - started
     uploaded = max(written.values()) - started
-    cpu_after = _cpu(stack)
+    cpu_after = stack_cpu(stack)
     cpu_ms = {k: round((cpu_after[k] - cpu_before.get(k, 0.0)) * 1000 / len(names), 1) for k in cpu_after}
     stack.settle(timeout=60, quiet=0.5)
     after = dict(vars(stack.broker.counters))
