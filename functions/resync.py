@@ -95,7 +95,8 @@ def hold(deps: Deps) -> Held:
 
 class Deployments:
     """The ModelDeployments one namespace at a time, in the list's order, read as they are
-    judged: the namespace being judged and the next one are held, no more."""
+    judged: what is held is the page being read and two namespaces' of them (the one judged
+    and the next, whose pods are listed meanwhile)."""
 
     def __init__(self, objects: Iterable[Obj]) -> None:
         self._groups = ((ns, list(group)) for ns, group in groupby(objects, key=facts.namespace_of))
