@@ -76,7 +76,11 @@ def condition_true(obj: Obj, type_: str) -> bool:
 
 
 def declared_md5s(obj: Obj) -> dict[str, str]:
-    integrity = spec(obj).get("integrity")
+    return _declared_md5s(spec(obj))
+
+
+def _declared_md5s(spec_: Mapping[str, Any]) -> dict[str, str]:
+    integrity = spec_.get("integrity")
     md5 = integrity.get("md5") if isinstance(integrity, Mapping) else None
     return {str(k): str(v) for k, v in md5.items()} if isinstance(md5, Mapping) else {}
 
@@ -135,9 +139,7 @@ def vllm_serve(obj: Obj) -> tuple[Serve, str]:
 def _vllm_serve(deleting_: bool, spec_: Mapping[str, Any], status_: Mapping[str, Any]) -> tuple[Serve, str]:
     if deleting_:
         return "drop", ""
-    integrity = spec_.get("integrity")
-    md5 = integrity.get("md5") if isinstance(integrity, Mapping) else None
-    declared = file_set({str(k): str(v) for k, v in md5.items()} if isinstance(md5, Mapping) else {})
+    declared = file_set(_declared_md5s(spec_))
     verified = status_.get("fileSet")
     ready = _condition(status_, reasons.READY)
     if ready is not None and ready.get("status") == "True":
