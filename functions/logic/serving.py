@@ -35,7 +35,7 @@ from typing import Literal, NamedTuple
 
 from functions.logic import reasons
 from functions.logic.adapter_config import ConfigVerdict
-from functions.logic.paths import STORAGE_ROOT
+from functions.logic.paths import STORAGE_ROOT, normal_path
 
 AdapterKind = Literal["vllm", "sglang"]
 TargetKind = Literal["ModelDeployment", "InferenceService"]
@@ -223,11 +223,6 @@ class ServingReport(NamedTuple):
 
 
 # -- paths ---------------------------------------------------------------------------------------------
-normal_path = lru_cache(maxsize=1 << 12)(posixpath.normpath)
-"""posixpath.normpath, remembered: a resync compares every listed root several times (each of a
-deployment's pods lists the same ones), and normalising was a third of its planning time."""
-
-
 def same_path(a: str, b: str) -> bool:
     if a == b:
         return bool(a)
