@@ -7,8 +7,8 @@ their files may have changed unnoticed.
 Reads: InferenceServices and serving Pods (`loraflow.io/serving=true`), held for the tick
 (they are few); the ModelDeployments and the adapters of both kinds page by page
 (`LORAFLOW_LIST_PAGE_SIZE`), never all at once (ModelDeployments name every vllm adapter, so
-only two namespaces' of them are held: the lists come in (namespace, name) order, as the API
-server keeps its keys); one `GET /v1/models` per Ready pod (fanned out), one namespace's pods
+only a page and two namespaces' of them are held: the lists come in (namespace, name) order, as
+the API server keeps its keys); one `GET /v1/models` per Ready pod (fanned out), one namespace's pods
 at a time.
 Writes: nothing. Publishes `io.loraflow.adapter.drifted.v1` (extension `loraflowstep` =
 admit|stat|load|unload, data.reason) to the Broker for what drifted only, shard by shard.
