@@ -17,9 +17,10 @@ What is read for a request (the trigger mappers in load, reload and unload build
 
 from __future__ import annotations
 
+import functools
 import logging
 import threading
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from functools import partial
 from typing import Any, NamedTuple
 
@@ -27,7 +28,15 @@ from functions.adapters.concurrency import Task, bounded_map, pipeline, run_task
 from functions.edge.bootstrap import Deps
 from functions.logic import adapter_config, facts, reasons, serving
 from functions.logic.loaded import FAILING, describe_failures, sglang_status, vllm_status
-from functions.logic.pods import LOOPBACK, Endpoint, Runtime, denied_by, endpoint, parse_networks
+from functions.logic.pods import (
+    LOOPBACK,
+    Address,
+    Endpoint,
+    Runtime,
+    denied_by,
+    endpoint,
+    parse_networks,
+)
 from functions.logic.serving import (
     Action,
     Adapter,
@@ -62,6 +71,7 @@ ADAPTER_KINDS: dict[str, Kind] = {"vllm": VLLM_ADAPTER, "sglang": SGLANG_ADAPTER
 TARGET_KINDS: dict[str, Kind] = {"ModelDeployment": MODEL_DEPLOYMENT, "InferenceService": INFERENCE_SERVICE}
 RUNTIMES: dict[str, Runtime] = {"ModelDeployment": "vllm", "InferenceService": "sglang"}
 LABELS = {"ModelDeployment": MODEL_DEPLOYMENT_LABEL, "InferenceService": INFERENCE_SERVICE_LABEL}
+Denied = Callable[[Address, int], bool]
 RANK_UNBOUNDED = 1 << 30
 """adapter_config.json is checked once for what it is; each target's own maximum rank is the
 planner's to compare."""
@@ -105,56 +115,83 @@ class Executed(NamedTuple):
 
 # -- observe ----------------------------------------------------------------------------------------
 def observe(deps: Deps, request: Request) -> Observed:
+    """Reads that do not depend on each other go out side by side (`LORAFLOW_LOAD_CONCURRENCY`
+    wide): the objects a request names, then the pods and the adapter configs. Each is on the
+    path of every load event before its first engine call."""
     kube = deps.kube
     settings = deps.settings
+    width = settings.load_concurrency
     objects: dict[AdapterKey, Obj] = {}
     target_objects: dict[TargetKey, Obj] = {}
     targets: dict[TargetKey, Target | None] = {}
 
-    def read_target(key: TargetKey) -> None:
-        if key in targets:
-            return
-        obj = kube.get(TARGET_KINDS[key.kind], key.namespace, key.name) if key.name else None
+    def keep_target(key: TargetKey, obj: Obj | None) -> None:
         targets[key] = _target(obj, settings.max_lora_rank) if obj is not None else None
         if obj is not None:
             target_objects[key] = obj
 
-    for key in sorted(request.adapters):
-        obj = kube.get(ADAPTER_KINDS[key.kind], key.namespace, key.name)
-        if obj is not None:
-            objects[key] = obj
-    for target_key in sorted(request.targets):
-        read_target(target_key)
-
-    # vllm: every ModelDeployment of the namespaces involved (usedBy, and who names whom)
+    # vllm: every ModelDeployment of the namespaces involved (usedBy, and who names whom); a
+    # ModelDeployment asked for is in its namespace's list, so it is not read on its own too
     vllm_namespaces = {k.namespace for k in request.adapters if k.kind == "vllm"} | {
         t.namespace for t in request.targets if t.kind == "ModelDeployment"
     }
+    adapter_keys = sorted(request.adapters)
+    service_keys = sorted(t for t in request.targets if t.kind == "InferenceService" and t.name)
+    adapter_namespaces = sorted({t.namespace for t in request.targets if t.kind == "ModelDeployment"})
+    first = (
+        [partial(kube.get, ADAPTER_KINDS[k.kind], k.namespace, k.name) for k in adapter_keys]
+        + [partial(kube.get, INFERENCE_SERVICE, t.namespace, t.name) for t in service_keys]
+        + [partial(_listed, kube, MODEL_DEPLOYMENT, ns) for ns in sorted(vllm_namespaces)]
+        + [partial(_listed, kube, VLLM_ADAPTER, ns) for ns in adapter_namespaces]
+    )
+    answers = iter(_side_by_side(first, width))
+    for key in adapter_keys:
+        if (obj := next(answers)) is not None:
+            objects[key] = obj
+    for target_key in sorted(request.targets):
+        targets.setdefault(target_key, None)  # asked for and not found: known to be absent
+    for target_key in service_keys:
+        keep_target(target_key, next(answers))
     for namespace in sorted(vllm_namespaces):
-        for md in kube.iter(MODEL_DEPLOYMENT, namespace):
-            md_key = TargetKey("ModelDeployment", namespace, facts.name_of(md))
-            targets[md_key] = facts.deployment(md, settings.max_lora_rank)
-            target_objects[md_key] = md
-    for namespace in sorted({t.namespace for t in request.targets if t.kind == "ModelDeployment"}):
-        for obj in kube.iter(VLLM_ADAPTER, namespace):
+        for md in next(answers):
+            keep_target(TargetKey("ModelDeployment", namespace, facts.name_of(md)), md)
+    for namespace in adapter_namespaces:
+        for obj in next(answers):
             objects.setdefault(AdapterKey("vllm", namespace, facts.name_of(obj)), obj)
 
     # sglang: the InferenceServices involved and every adapter that claims a name on them
     services = {t for t in request.targets if t.kind == "InferenceService"} | {
         facts.isvc_ref(obj) for key, obj in objects.items() if key.kind == "sglang"
     }
-    for service in sorted(services):
-        read_target(service)
+    unread = sorted(s for s in services if s not in targets)
     if services:
-        for obj in kube.iter(SGLANG_ADAPTER):
+        second = [
+            partial(kube.get, INFERENCE_SERVICE, s.namespace, s.name) if s.name else _nothing for s in unread
+        ] + [partial(_listed, kube, SGLANG_ADAPTER, None)]
+        *read, claimants = _side_by_side(second, width)
+        for service, obj in zip(unread, read, strict=True):
+            keep_target(service, obj)
+        for obj in claimants:
             if facts.isvc_ref(obj) in services:
                 objects.setdefault(AdapterKey("sglang", facts.namespace_of(obj), facts.name_of(obj)), obj)
 
-    endpoints = _endpoints(deps, [t for t in request.targets if targets.get(t) is not None])
+    # the pods, and the adapters' configs beside them (those depend on the objects alone)
+    adapters = _adapters(deps, objects)
+    config_keys = _needing_config(adapters, targets)
+    asked = [t for t in sorted(request.targets) if targets.get(t) is not None]
+    endpoints: dict[tuple[TargetKey, str], Endpoint] = {}
+    verdicts: dict[AdapterKey, adapter_config.ConfigVerdict] = {}
+    if asked:  # which other targets are watched depends on what the asked ones' pods serve
+        endpoints, verdicts = _pods_and_configs(deps, asked, objects, config_keys)
+        config_keys = []
     relevant = _relevant(request, objects, targets, {(t, pod) for t, pod in endpoints})
     watched = _watched_targets(request, relevant, objects, targets)
-    endpoints |= _endpoints(deps, [t for t in sorted(watched) if t not in request.targets])
-    adapters = _adapters(deps, objects, targets)
+    more, more_verdicts = _pods_and_configs(
+        deps, [t for t in sorted(watched) if t not in request.targets], objects, config_keys
+    )
+    endpoints |= more
+    for key, verdict in (verdicts | more_verdicts).items():
+        adapters[key] = adapters[key]._replace(config=verdict)
     pods = {
         target: tuple(Pod(target, ep.pod) for (t, _), ep in sorted(endpoints.items()) if t == target)
         for target in sorted(watched)
@@ -171,6 +208,19 @@ def observe(deps: Deps, request: Request) -> Observed:
         unload=request.unload,
     )
     return Observed(world, objects, endpoints, relevant, scope, target_objects)
+
+
+def _listed(kube: Any, kind: Kind, namespace: str | None, selector: str | None = None) -> list[Obj]:
+    return list(kube.iter(kind, namespace, selector))
+
+
+def _nothing() -> None:
+    return None
+
+
+def _side_by_side(reads: Sequence[Callable[[], Any]], width: int) -> list[Any]:
+    """Each read's answer, in order, the reads made at most `width` at a time."""
+    return [answer for _, answer in bounded_map(reads, lambda read: read(), width)]
 
 
 def _target(obj: Obj, default_rank: int) -> Target:
@@ -236,64 +286,89 @@ def _watched_targets(
 
 def endpoint_of(deps: Deps, pod: Obj, target: TargetKey) -> Endpoint | None:
     """The engine of one of `target`'s pods, unless its address is one we never call."""
+    return _endpoint(pod, target, never_called(deps))
+
+
+def never_called(deps: Deps) -> Denied:
+    """The check of the addresses we never call, as the settings and the API server say."""
     settings = deps.settings
-    networks = parse_networks(settings.engine_deny) + (
-        LOOPBACK if settings.loopback_engines == "deny" else ()
-    )
-    server = deps.kube.server
-    denied = denied_by(networks, [server] if server else [])
+    return _never_called(settings.engine_deny, settings.loopback_engines, deps.kube.server)
+
+
+@functools.lru_cache(maxsize=16)
+def _never_called(engine_deny: str, loopback: str, server: tuple[str, int] | None) -> Denied:
+    # built once per setting, not per pod: parsing the networks cost ~20 us a pod (a fan-out
+    # lists 50 pods per event, a resync tick thousands)
+    networks = parse_networks(engine_deny) + (LOOPBACK if loopback == "deny" else ())
+    return denied_by(networks, [server] if server else [])
+
+
+def _endpoint(pod: Obj, target: TargetKey, denied: Denied) -> Endpoint | None:
     ep = endpoint(pod, RUNTIMES[target.kind], denied)
     return ep if ep is not None and ep.namespace == target.namespace else None
 
 
-def _endpoints(deps: Deps, watched: Iterable[TargetKey]) -> dict[tuple[TargetKey, str], Endpoint]:
+def _pods_and_configs(
+    deps: Deps,
+    watched: Sequence[TargetKey],
+    objects: Mapping[AdapterKey, Obj],
+    config_keys: Sequence[AdapterKey],
+) -> tuple[dict[tuple[TargetKey, str], Endpoint], dict[AdapterKey, adapter_config.ConfigVerdict]]:
+    """The engines of `watched`'s pods (label-selected in each target's namespace) and the
+    configs of `config_keys`, read side by side."""
+    reads = [
+        partial(_listed, deps.kube, POD, key.namespace, f"{LABELS[key.kind]}={key.name}") for key in watched
+    ] + [partial(_config, deps, objects[key]) for key in config_keys]
+    answers = _side_by_side(reads, deps.settings.load_concurrency)
     found: dict[tuple[TargetKey, str], Endpoint] = {}
-    for key in sorted(watched):
-        selector = f"{LABELS[key.kind]}={key.name}"
-        for pod in deps.kube.iter(POD, key.namespace, selector):
-            ep = endpoint_of(deps, pod, key)
+    denied = never_called(deps)
+    for key, listed in zip(watched, answers[: len(watched)], strict=True):
+        for pod in listed:
+            ep = _endpoint(pod, key, denied)
             if ep is not None:
                 found[(key, ep.pod)] = ep
-    return found
+    return found, dict(zip(config_keys, answers[len(watched) :], strict=True))
 
 
-def _adapters(
-    deps: Deps, objects: Mapping[AdapterKey, Obj], targets: Mapping[TargetKey, Target | None]
-) -> dict[AdapterKey, Adapter]:
-    mount = deps.settings.mount_root
-    adapters: dict[AdapterKey, Adapter] = {}
-    needs_config: list[AdapterKey] = []
+def _needing_config(
+    adapters: Mapping[AdapterKey, Adapter], targets: Mapping[TargetKey, Target | None]
+) -> list[AdapterKey]:
+    """The vllm adapters a ModelDeployment names and that may be served: their
+    adapter_config.json is checked before any load."""
     named = {
         (key.namespace, name)
         for key, target in targets.items()
         if target is not None and key.kind == "ModelDeployment"
         for name in target.adapters
     }
-    for key, obj in objects.items():
-        if key.kind == "sglang":
-            adapters[key] = facts.sglang_adapter(obj)
-            continue
-        adapters[key] = facts.vllm_adapter(obj, mount)
-        if adapters[key].serve != "drop" and (key.namespace, key.name) in named:
-            needs_config.append(key)
+    return [
+        key
+        for key, adapter in adapters.items()
+        if key.kind == "vllm" and (key.namespace, key.name) in named and adapter.serve != "drop"
+    ]
 
-    def read(key: AdapterKey) -> adapter_config.ConfigVerdict:
-        from functions.adapters.storage import ContentTooLarge
 
-        obj = objects[key]
-        path = facts.config_path(obj)
-        try:
-            raw = deps.configs.get(path, facts.config_md5(obj)) if path else None
-        except ContentTooLarge as err:
-            message = (
-                f"{adapter_config.CONFIG_FILE} is larger than {adapter_config.CONFIG_MAX_BYTES} bytes: {err}"
-            )
-            return adapter_config.ConfigVerdict(False, adapter_config.TOO_LARGE, message)
-        return adapter_config.check(raw, RANK_UNBOUNDED)
+def _config(deps: Deps, obj: Obj) -> adapter_config.ConfigVerdict:
+    from functions.adapters.storage import ContentTooLarge
 
-    for key, verdict in bounded_map(needs_config, read, deps.settings.load_concurrency):
-        adapters[key] = adapters[key]._replace(config=verdict)
-    return adapters
+    path = facts.config_path(obj)
+    try:
+        raw = deps.configs.get(path, facts.config_md5(obj)) if path else None
+    except ContentTooLarge as err:
+        message = (
+            f"{adapter_config.CONFIG_FILE} is larger than {adapter_config.CONFIG_MAX_BYTES} bytes: {err}"
+        )
+        return adapter_config.ConfigVerdict(False, adapter_config.TOO_LARGE, message)
+    return adapter_config.check(raw, RANK_UNBOUNDED)
+
+
+def _adapters(deps: Deps, objects: Mapping[AdapterKey, Obj]) -> dict[AdapterKey, Adapter]:
+    """Each adapter as the planner sees it (a vllm one's config verdict is added once read)."""
+    mount = deps.settings.mount_root
+    return {
+        key: facts.sglang_adapter(obj) if key.kind == "sglang" else facts.vllm_adapter(obj, mount)
+        for key, obj in objects.items()
+    }
 
 
 def _with_listings(deps: Deps, world: World, endpoints: Mapping[tuple[TargetKey, str], Endpoint]) -> World:
@@ -395,11 +470,9 @@ def undo_if_deleted(deps: Deps, observed: Observed, outcomes: Sequence[Outcome])
     keys = {o.action.adapter for o in loaded}
     if not keys:
         return []
-    alive = still_alive(deps, keys)
+    gone = keys - still_alive(deps, keys)
     undo = [
-        o.action._replace(op="unload", lora_path="", file_set="")
-        for o in loaded
-        if o.action.adapter not in alive
+        o.action._replace(op="unload", lora_path="", file_set="") for o in loaded if o.action.adapter in gone
     ]
     done = bounded_map(
         undo, lambda a: call(deps, observed.endpoints[(a.target, a.pod)], a), deps.settings.load_concurrency
