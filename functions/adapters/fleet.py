@@ -390,8 +390,8 @@ def execute(deps: Deps, observed: Observed, desire: Desire | None = None) -> Exe
     """List (when not yet listed) and call, pipelined per pod; a failing pod never blocks another.
 
     Pods that answered "already loaded" to a load made without a listing are listed and planned
-    again. Afterwards, adapters that got a copy are read again: one being deleted meanwhile gets
-    its copies taken back (its unload sweep may have run before our loads landed).
+    again. What an adapter deleted meanwhile got is taken back after the status writes
+    (`take_back_if_deleted`).
     """
     world = observed.world
     desire = desire or serving.desired(world)
@@ -434,7 +434,6 @@ def execute(deps: Deps, observed: Observed, desire: Desire | None = None) -> Exe
         again = [pod for pod in pods if (pod.target, pod.name) in blind and pod.listing is None]
         pipeline(again, lambda pod: per_pod(pod, fetch=True), width)
     world = _set_listings(world, {**confirmed, **listed})
-    outcomes += undo_if_deleted(deps, observed, outcomes)
     after = serving.apply(world, outcomes)
     return Executed(world, after, desire, tuple(outcomes))
 
@@ -457,17 +456,20 @@ def call(deps: Deps, ep: Endpoint, action: Action) -> Outcome:
     return Outcome(action, result.ok, result.reason, result.message, result.retryable)
 
 
-def undo_if_deleted(deps: Deps, observed: Observed, outcomes: Sequence[Outcome]) -> list[Outcome]:
+def undo_if_deleted(
+    deps: Deps, observed: Observed, outcomes: Sequence[Outcome], proven: Iterable[AdapterKey] = ()
+) -> list[Outcome]:
     """Take back what this invocation loaded for an adapter being deleted (or gone) meanwhile.
 
     unload sweeps every pod once the deletionTimestamp is set, then drops the finalizer; a load
     already in flight can land after that sweep and outlive the adapter. Reading the adapter
     again after our own loads closes the window ("not found" on unload counts as done).
+    `proven`: adapters known alive after the loads already (not read again).
     """
     loaded = [
         o for o in outcomes if o.ok and o.action.op != "unload" and o.reason != reasons.POD_ALREADY_LOADED
     ]
-    keys = {o.action.adapter for o in loaded}
+    keys = {o.action.adapter for o in loaded} - set(proven)
     if not keys:
         return []
     gone = keys - still_alive(deps, keys)
@@ -478,6 +480,31 @@ def undo_if_deleted(deps: Deps, observed: Observed, outcomes: Sequence[Outcome])
         undo, lambda a: call(deps, observed.endpoints[(a.target, a.pod)], a), deps.settings.load_concurrency
     )
     return [outcome for _, outcome in done]
+
+
+def take_back_if_deleted(
+    deps: Deps, observed: Observed, executed: Executed, reported: Mapping[AdapterKey, Reported]
+) -> tuple[Executed, dict[AdapterKey, Reported]]:
+    """`undo_if_deleted` after the status writes, and the reports of what it took back.
+
+    A status write that went through proves its adapter was alive after our loads: it was sent
+    after the last of them with the resourceVersion of an object that was not being deleted (a
+    deletionTimestamp set meanwhile changes the resourceVersion: 409, re-read, and the write is
+    skipped for it), so unload's sweep can only come after our loads landed and takes them back
+    itself. Only the adapters without such a write are read again (a deleting one's status is
+    never written: `write_statuses` skips it).
+    """
+    proven = {key for key, item in reported.items() if item.written is not None and item.written.changed}
+    undone = undo_if_deleted(deps, observed, executed.outcomes, proven)
+    if not undone:
+        return executed, dict(reported)
+    outcomes = executed.outcomes + tuple(undone)
+    executed = executed._replace(after=serving.apply(executed.before, outcomes), outcomes=outcomes)
+    again = reports(observed, executed, {o.action.adapter for o in undone})
+    return executed, {
+        **reported,
+        **{key: Reported(report, reported[key].written) for key, report in again.items() if key in reported},
+    }
 
 
 def still_alive(deps: Deps, keys: Iterable[AdapterKey]) -> set[AdapterKey]:
@@ -589,6 +616,7 @@ def run(deps: Deps, request: Request, component: str) -> Result:
     observed = observe(deps, request)
     executed = execute(deps, observed)
     reported = write_statuses(deps, observed, executed)
+    executed, reported = take_back_if_deleted(deps, observed, executed, reported)
     result = Result(observed, executed, reported)
     now = deps.clock()
     for key, item in reported.items():

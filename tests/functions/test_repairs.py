@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import json
 import threading
 import time
+from collections.abc import Callable
 
 import httpx
 from cloudevents.http import from_http
 
+from devstack.standins.engines.base import EngineReplica
 from events.domain import (
     ADAPTER_DRIFTED,
     ADAPTER_FAILED,
@@ -157,3 +160,80 @@ def test_a_load_that_lands_after_the_deletion_sweep_is_taken_back(world: Testbed
     loading.join(timeout=10)
     assert answers and answers[0].is_success, answers
     assert "s1-v1" not in replica.loaded
+
+
+def _finalized_adapter_in_two_slow_replicas(world: Testbed, ns: str) -> list[EngineReplica]:
+    """A Ready vllm adapter `a1` (with unload's finalizer) that ModelDeployment `d1` names, and
+    its two replicas, each taking 1 s per load."""
+    directory = f"/loraadapters/{ns}/m1/a1/"
+    world.upload(directory + "adapter_config.json", json.dumps({"peft_type": "LORA", "r": 8}).encode())
+    world.upload(directory + "adapter_model.safetensors", WEIGHTS)
+    world.create(
+        VLLM_ADAPTER,
+        ns,
+        {"metadata": {"name": "a1", "finalizers": ["loraflow.io/unload"]}, "spec": {"model": "m1"}},
+    )
+    world.mark_ready(ns, "a1", directory)
+    deployment(world, ns, "d1", 2, ["a1"])
+    replicas = [
+        world.workload.replica(ns, p["metadata"]["name"])
+        for p in world.workload.pods(ns, f"{MODEL_DEPLOYMENT_LABEL}=d1")
+    ]
+    for replica in replicas:
+        replica.configure(load_latency_s=1.0)
+    return replicas
+
+
+def _landed(replica: EngineReplica, name: str) -> bool:
+    """The engine accepted a load of `name` (whatever came after it)."""
+    return any(interval.name == name and interval.ok for interval in replica.load_log)
+
+
+def _loading_while(world: Testbed, ns: str, name: str, meanwhile: Callable[[], None]) -> httpx.Response:
+    """load's answer to `adapter.ready` while `meanwhile` runs during its (slow) engine calls."""
+    answers: list[httpx.Response] = []
+    event = world.event(ADAPTER_READY, world.adapter_data(VLLM_ADAPTER, ns, name))
+    loading = threading.Thread(target=lambda: answers.append(world.post("load", event)))
+    loading.start()
+    time.sleep(0.3)  # the load calls are now waiting in the engines
+    meanwhile()
+    loading.join(timeout=10)
+    assert answers, "load did not answer"
+    return answers[0]
+
+
+def test_a_vllm_load_that_lands_after_the_deletion_sweep_is_taken_back_from_every_pod(
+    world: Testbed,
+) -> None:
+    """Deleted and swept while the loads wait in two engines: the status write finds the adapter
+    gone, so nothing proves it alive after the loads; it is read again and both copies undone."""
+    ns = world.namespace()
+    replicas = _finalized_adapter_in_two_slow_replicas(world, ns)
+
+    answer = _loading_while(
+        world, ns, "a1", lambda: delete_before_the_load_lands(world, VLLM_ADAPTER, ns, "a1")
+    )
+    assert answer.is_success, answer.text
+    assert all(_landed(r, "a1") for r in replicas)  # both loads went through, then were undone
+    assert [r for r in replicas if "a1" in r.loaded] == []
+
+
+def test_a_vllm_load_racing_a_deletion_not_yet_swept_takes_its_copies_back(world: Testbed) -> None:
+    """Deleted (the finalizer still holds it) while the loads wait: the guarded status write
+    conflicts, the re-read shows the deletionTimestamp, so no Loaded is written and the copies
+    are taken back; the finalizer stays for unload's own sweep."""
+    ns = world.namespace()
+    replicas = _finalized_adapter_in_two_slow_replicas(world, ns)
+
+    def delete() -> None:
+        world.custom.delete_namespaced_custom_object(
+            VLLM_ADAPTER.group, VLLM_ADAPTER.version, ns, VLLM_ADAPTER.plural, "a1"
+        )
+
+    answer = _loading_while(world, ns, "a1", delete)
+    assert answer.is_success, answer.text
+    assert all(_landed(r, "a1") for r in replicas)  # both loads went through, then were undone
+    assert [r for r in replicas if "a1" in r.loaded] == []
+    deleting = world.get(VLLM_ADAPTER, ns, "a1")
+    assert deleting is not None and deleting["metadata"].get("finalizers") == ["loraflow.io/unload"]
+    assert "Loaded" not in {c["type"] for c in deleting.get("status", {}).get("conditions") or []}
