@@ -16,7 +16,7 @@ import httpx
 import pytest
 
 from devstack.seaweedfs import FaultProxy, Shared, shared
-from functions.adapters.storage import FilerStorage, quote_path
+from functions.adapters.storage import ContentTooLarge, FilerStorage, quote_path
 from functions.errors import StorageUnavailable
 from tests.support.filer import FilerClient
 
@@ -69,6 +69,44 @@ def test_a_chunked_file_hashes_like_md5sum(seaweed: Shared, base: str) -> None:
     assert stored.md5 == md5(content)
     assert storage.hash_file(base + "big.bin", 1 << 30) == md5(content)
     assert storage.hash_file(base + "big.bin", 1 << 20) is None  # over the limit: not read
+
+
+def test_a_small_read_is_bounded_and_a_missing_file_is_none(seaweed: Shared, base: str) -> None:
+    """read_small (load's adapter_config.json) over the keep-alive connections: the cap holds
+    on the declared length, a missing file is None, and the connections serve reads after both."""
+    content = secrets.token_bytes(1000)
+    FilerClient(seaweed.server.url).put_file(base + "adapter_config.json", content)
+    storage = FilerStorage(seaweed.server.url, page_size=1000)
+    assert storage.read_small(base + "adapter_config.json", 1000) == content
+    with pytest.raises(ContentTooLarge):
+        storage.read_small(base + "adapter_config.json", 999)
+    assert storage.read_small(base + "not-there.json", 1000) is None
+    for _ in range(3):
+        assert storage.read_small(base + "adapter_config.json", 1000) == content
+
+
+@pytest.mark.parametrize(
+    "fault",
+    [
+        pytest.param({"status": 503}, id="503"),
+        pytest.param({"reset": True}, id="reset"),
+        pytest.param({"stall": True}, id="stall"),
+    ],
+)
+def test_a_small_read_that_the_filer_fails_is_storage_unavailable(
+    seaweed: Shared, base: str, fault: dict[str, object]
+) -> None:
+    FilerClient(seaweed.server.url).put_file(base + "adapter_config.json", b"{}")
+    with FaultProxy(seaweed.server.url, stall_s=5) as proxy:
+        storage = FilerStorage(proxy.url, page_size=1000, timeout=0.5)
+        assert storage.read_small(base + "adapter_config.json", 100) == b"{}"  # a kept connection
+        proxy.inject(**fault, times=None, listing=False)  # type: ignore[arg-type]
+        started = time.monotonic()
+        with pytest.raises(StorageUnavailable):
+            storage.read_small(base + "adapter_config.json", 100)
+        assert time.monotonic() - started < 3  # a stalled filer is given up at the timeout
+        proxy.clear_faults()
+        assert storage.read_small(base + "adapter_config.json", 100) == b"{}"
 
 
 @pytest.mark.parametrize(
