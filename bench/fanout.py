@@ -10,13 +10,25 @@ Ideal: ceil(50 / concurrency) x 100 ms. Also measured once: the same 50 loads ma
 pod, directly against the engines (the speed-up the fan-out buys); a load made directly takes
 more than the latency (the engine reads the adapter's files through the filer, as vLLM does),
 so the waves at that measured time are reported beside the ideal, which stays the target.
+And, event by event between the function's: the same 50 loads fanned out `concurrency` at a
+time by a bare client (threads on keep-alive http.client connections, no loraflow code) in a
+process of its own: what these stand-ins, on these 2 shared cores, take for the waves alone.
+The function's figure over it is its own work (reads, status write, event) and its calls' cost.
 Target: <= 1.1x the ideal (issue 20; it was 1.3x).
 """
 
 from __future__ import annotations
 
+import http.client
+import json
 import math
+import multiprocessing
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
 from functools import partial
+from multiprocessing.connection import Connection
+from urllib.parse import urlsplit
 
 import httpx
 from cloudevents.http import CloudEvent
@@ -38,26 +50,68 @@ def _one_after_another(http: httpx.Client, urls: list[str], name: str, path: str
         w.direct_load(http, url, name, path)
 
 
+def bare_fanout(pipe: Connection, width: int) -> None:
+    """A process of its own: for each (urls, name, path) received, one vLLM load of `name` into
+    every url, `width` at a time (each thread takes the next pod as its call ends), over one
+    kept connection per pod; sends back the seconds it took. None ends it."""
+    kept: dict[str, http.client.HTTPConnection] = {}
+    lock = threading.Lock()
+
+    def load(url: str, body: bytes) -> None:
+        with lock:
+            connection = kept.pop(url, None)
+        if connection is None:
+            parts = urlsplit(url)
+            connection = http.client.HTTPConnection(parts.hostname or "", parts.port, timeout=30)
+        connection.request("POST", "/v1/load_lora_adapter", body, {"Content-Type": "application/json"})
+        answer = connection.getresponse()
+        answer.read()
+        if answer.status != 200:
+            raise RuntimeError(f"{url}: load answered {answer.status}")
+        with lock:
+            kept[url] = connection
+
+    with ThreadPoolExecutor(width) as pool:
+        while (asked := pipe.recv()) is not None:
+            urls, name, path = asked
+            body = json.dumps({"lora_name": name, "lora_path": path}).encode()
+            started = time.perf_counter()
+            list(pool.map(partial(load, body=body), urls))
+            pipe.send(time.perf_counter() - started)
+
+
 def run(smoke: bool) -> Result:
     replicas = 5 if smoke else 50
     latency = 0.02 if smoke else 0.1
     repeats = 2 if smoke else 9  # medians of 9: single samples on 2 shared cores vary by ~+-10%
     concurrency = Settings.from_env().load_concurrency
+    ours, theirs = multiprocessing.get_context("spawn").Pipe()
+    bare = multiprocessing.get_context("spawn").Process(target=bare_fanout, args=(theirs, concurrency))
+    bare.start()
     with w.world(functions=False, load_latency_s=latency) as world, w.function_process("load") as load_url:
         ns = world.namespace()
         names = [f"a{i}" for i in range(repeats + 2)]
         world.deployment(ns, "d1", replicas, names)
         world.workload.sync()
+        urls = [r.url for _, r in world.workload.fleet.items()]
         samples: list[float] = []
+        floors: list[float] = []
         for index, name in enumerate(names[: repeats + 1]):
             world.ready_adapter(ns, name)
             event = w.event(ADAPTER_READY, w.adapter_data(VLLM_ADAPTER, ns, name))
             responses: list[httpx.Response] = []
             elapsed = timed(partial(_post_into, responses, world.http, load_url, event))
-            if index:  # the first event warms the new process up (imports, clients): not measured
-                samples.append(elapsed)
             assert responses[0].status_code == 200, responses[0].text
             assert all(name in r.loaded for _, r in world.workload.fleet.items())
+            # the bare client's waves, right after: the same loads under another name
+            world.put_files(ns, f"bare-{name}")
+            ours.send((urls, f"bare-{name}", w.engine_path(world, ns, f"bare-{name}")))
+            floor = ours.recv()
+            if index:  # the first of each warms up (imports, clients, connections): not measured
+                samples.append(elapsed)
+                floors.append(floor)
+        ours.send(None)
+        bare.join(30)
         # pod after pod, directly: the same loads without any fan-out
         last = names[repeats + 1]
         world.put_files(ns, last)
@@ -92,10 +146,17 @@ def run(smoke: bool) -> Result:
             "engine_load_ms": round(engine_load * 1000, 1),
             "waves_at_engine_load_ms": round(waves * engine_load * 1000, 1),
             "ratio_to_waves_at_engine_load": round(value / (waves * engine_load), 3),
+            "bare_fanout_ms": round(median_of(floors) * 1000, 1),
+            "bare_fanout_samples_ms": [round(f * 1000, 1) for f in floors],
+            "bare_fanout_ratio_to_ideal": round(median_of(floors) / ideal, 3),
+            "function_over_bare_fanout_ms": round(
+                median_of([s - f for s, f in zip(samples, floors, strict=True)]) * 1000, 1
+            ),
         },
         note=f"reference = ideal; {sequential / value:.1f}x faster than pod after pod; one load made "
         f"directly takes {engine_load * 1000:.0f} ms (pod after pod), so {waves} waves of it "
-        f"{waves * engine_load * 1000:.0f} ms ({value / (waves * engine_load):.2f}x)"
+        f"{waves * engine_load * 1000:.0f} ms ({value / (waves * engine_load):.2f}x); a bare client's "
+        f"same fan-out {median_of(floors) * 1000:.0f} ms ({median_of(floors) / ideal:.2f}x ideal)"
         + (
             ""
             if ratio <= 1.3
