@@ -5,11 +5,12 @@ calls wait on the network, where the GIL is released.
 
 Every invocation runs its calls on one process-wide pool of threads, kept between events: a
 pool built per call started its threads anew each time, ~0.15 ms of CPU per thread (a load
-event with 3 pods started ~6). Each invocation keeps its own width: the thread that asks
-(the request's own) submits at most `width` calls at a time and tops them up as they finish,
-so one tenant's 50-pod fan-out does not take the slots of another's event. Tasks on the pool
-never wait for other tasks on it (only the asking thread waits), so a full pool queues work
-but cannot deadlock.
+event with 3 pods started ~6). Each invocation keeps its own width: `width` slots, the asking
+thread (the request's own) one of them, each running one call at a time and taking the next
+as its last one ends, so one tenant's 50-pod fan-out does not take the slots of another's
+event. Tasks on the pool never wait for other tasks on it (only the asking thread waits), so a
+full pool queues work but cannot deadlock: the asking thread's own slot runs every call alone
+if need be.
 """
 
 from __future__ import annotations
@@ -69,6 +70,8 @@ def _windowed(calls: Iterable[Callable[[], R]], width: int) -> list[Future[R]]:
     of the asking thread and of another pool thread in between (each waits for the GIL behind
     the other slots' answers; a fan-out's waves measured 2-4 ms apart at every hand-over).
     The next call is taken from `calls` under a lock, so a generator plans one call at a time.
+    One of the slots is the asking thread itself (it would only wait otherwise): two calls cost
+    one hand-over to the pool, not two and a wake-up.
     """
     source = iter(calls)
     lock = threading.Lock()
@@ -93,8 +96,11 @@ def _windowed(calls: Iterable[Callable[[], R]], width: int) -> list[Future[R]]:
             item = take()
 
     slots: list[Future[None]] = []
-    while len(slots) < max(1, width) and (item := take()) is not None:
+    item = take()
+    while item is not None and len(slots) < max(1, width) - 1:
         slots.append(_pool.submit(slot, item))
+        item = take()
+    slot(item)  # the last slot is the asking thread's own: one hand-over less, and it never idles
     wait(slots)
     for finished in slots:
         finished.result()  # a planning failure (the generator raised) surfaces here
