@@ -130,17 +130,16 @@ def observe(deps: Deps, request: Request) -> Observed:
         if obj is not None:
             target_objects[key] = obj
 
-    # vllm: every ModelDeployment of the namespaces involved (usedBy, and who names whom); a
-    # ModelDeployment asked for is in its namespace's list, so it is not read on its own too
+    # vllm: every ModelDeployment of the namespaces involved (usedBy, and who names whom)
     vllm_namespaces = {k.namespace for k in request.adapters if k.kind == "vllm"} | {
         t.namespace for t in request.targets if t.kind == "ModelDeployment"
     }
     adapter_keys = sorted(request.adapters)
-    service_keys = sorted(t for t in request.targets if t.kind == "InferenceService" and t.name)
+    target_keys = sorted(t for t in request.targets if t.name)
     adapter_namespaces = sorted({t.namespace for t in request.targets if t.kind == "ModelDeployment"})
     first = (
         [partial(kube.get, ADAPTER_KINDS[k.kind], k.namespace, k.name) for k in adapter_keys]
-        + [partial(kube.get, INFERENCE_SERVICE, t.namespace, t.name) for t in service_keys]
+        + [partial(kube.get, TARGET_KINDS[t.kind], t.namespace, t.name) for t in target_keys]
         + [partial(_listed, kube, MODEL_DEPLOYMENT, ns) for ns in sorted(vllm_namespaces)]
         + [partial(_listed, kube, VLLM_ADAPTER, ns) for ns in adapter_namespaces]
     )
@@ -150,7 +149,7 @@ def observe(deps: Deps, request: Request) -> Observed:
             objects[key] = obj
     for target_key in sorted(request.targets):
         targets.setdefault(target_key, None)  # asked for and not found: known to be absent
-    for target_key in service_keys:
+    for target_key in target_keys:
         keep_target(target_key, next(answers))
     for namespace in sorted(vllm_namespaces):
         for md in next(answers):

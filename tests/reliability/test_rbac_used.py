@@ -180,7 +180,8 @@ def rest_of_the_paths(
     """The paths a happy lifecycle does not take, each a reason for a grant: a Model appearing
     (admit lists the adapters that wait for it), target events (load and unload read the
     ModelDeployment and its namespace's adapters), failures that record Events (stat truncates,
-    verify finds a mismatch, reload fails a load), a restarted sglang pod (reload of the sglang kind)."""
+    verify finds a mismatch, reload fails a load), a restarted sglang pod (reload of the sglang kind,
+    its status write conflicting once)."""
     waiting = world.create(VLLM_ADAPTER, ns, {"metadata": {"name": "w"}, "spec": {"model": "m2"}})
     send(world, "admit", world.apiserver_event("add", waiting))
     model = world.create(MODEL, ns, {"metadata": {"name": "m2"}, "spec": {}})
@@ -235,6 +236,9 @@ def rest_of_the_paths(
         world.core.read_namespaced_pod(sg_pod["metadata"]["name"], ns)
     )
     sg_obj.update(apiVersion="v1", kind="Pod")
+    # ... whose status write meets another writer's (409): reload reads the adapter again (get);
+    # a write that goes through proves the adapter alive, so a happy reload reads nothing after
+    world.kube.inject(409, times=1, verb="patch", resource="loraadapters/status")
     send(world, "reload", world.apiserver_event("update", sg_obj), ok=(200, 204, 503))
     # a ModelDeployment that stops naming an adapter: unload takes it out and rewrites its status
     world.patch(MODEL_DEPLOYMENT, ns, "md", {"spec": {"loraAdapters": []}})
