@@ -230,6 +230,16 @@ def shards(deps: Deps) -> Iterator[drift.Snapshot]:
     yield from _sglang_shards(deps, held)
 
 
+def list_order(namespace: str) -> str:
+    """Where a namespace's objects come in a cluster-wide list: etcd orders the keys
+    .../<namespace>/<name> as bytes, so "team-b" comes before "team" ('-' is below '/')."""
+    return namespace + "/"
+
+
+def listed_before(namespace: str, other: str) -> bool:
+    return list_order(namespace) < list_order(other)
+
+
 def _chunks(objects: Iterable[Obj], size: int) -> Iterator[tuple[str, list[Obj]]]:
     """(namespace, at most `size` adapters of it), in the list's (namespace, name) order."""
     for namespace, group in groupby(objects, key=facts.namespace_of):
@@ -267,7 +277,9 @@ def _vllm_shards(deps: Deps, held: Held, models: Models) -> Iterator[drift.Snaps
 
     def before(namespace: str | None) -> Iterator[drift.Snapshot]:
         """The namespaces with ModelDeployments but no adapter, up to `namespace` (None: all)."""
-        while (upcoming := deployments.upcoming()) and (namespace is None or upcoming[0] < namespace):
+        while (upcoming := deployments.upcoming()) and (
+            namespace is None or listed_before(upcoming[0], namespace)
+        ):
             enter(*deployments.take())
             yield from leave()
 
@@ -304,11 +316,11 @@ def _sglang_shards(deps: Deps, held: Held) -> Iterator[drift.Snapshot]:
             foreign[ref.namespace].append(obj)
     targets = SglangTargets(held)
     ahead = Ahead(deps, held)
-    pending = sorted(set(targets.namespaces) | set(foreign))
+    pending = sorted(set(targets.namespaces) | set(foreign), key=list_order)
     adapters = read_ahead(deps.kube.iter(SGLANG_ADAPTER, page_size=page), page)
     try:
         for namespace, group in groupby(adapters, key=facts.namespace_of):
-            while pending and pending[0] < namespace:
+            while pending and listed_before(pending[0], namespace):
                 yield _sglang_shard(targets, pending.pop(0), [], foreign, ahead)
             if pending and pending[0] == namespace:
                 pending.pop(0)
@@ -327,14 +339,14 @@ class SglangTargets:
         self._of: dict[str, list[TargetKey]] = defaultdict(list)
         for namespace, name in sorted(held.services):
             self._of[namespace].append(TargetKey("InferenceService", namespace, name))
-        self.namespaces = sorted(self._of)
+        self.namespaces = sorted(self._of, key=list_order)
 
     def of(self, namespace: str) -> list[TargetKey]:
         return self._of.get(namespace, [])
 
     def following(self, namespace: str) -> tuple[str, Sequence[TargetKey]] | None:
         """The next namespace after `namespace` with InferenceServices, and theirs."""
-        index = bisect.bisect_right(self.namespaces, namespace)
+        index = bisect.bisect_right(self.namespaces, list_order(namespace), key=list_order)
         return (
             (self.namespaces[index], self.of(self.namespaces[index]))
             if index < len(self.namespaces)
