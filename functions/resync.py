@@ -12,13 +12,13 @@ Reads: InferenceServices and serving Pods (`loraflow.io/serving=true`), held for
 (they are few); the ModelDeployments and the adapters of both kinds page by page
 (`LORAFLOW_LIST_PAGE_SIZE`), never all at once (ModelDeployments name every vllm adapter, so
 only a page and two namespaces' of them are held: the lists come in the API's key order); one
-`GET /v1/models` per Ready pod (fanned out), one namespace's pods at a time. A shard lists its
+`GET /v1/models` per Ready pod (fanned out), one namespace's pods at a time. A part lists its
 namespaces' adapters namespace by namespace, and the other kinds cluster-wide, keeping its own.
 Writes: nothing. Publishes `io.loraflow.adapter.drifted.v1` (extension `loraflowstep` =
 admit|stat|load|unload, data.reason) to the Broker for what drifted only, shard by shard.
 Outcomes: 204 (nudges are published, not replied); 503 when the API or the Broker fails.
 Cost: the paginated lists (about adapters / page size requests, the sglang kind twice; a
-shard: its namespaces' adapters, at least one list per namespace and kind, and the whole sglang
+part: its namespaces' adapters, at least one list per namespace and kind, and the whole sglang
 kind once) + one listing per Ready pod, no per-adapter API call; memory: a page of adapters and
 one of ModelDeployments, one namespace's sglang adapters and pod listings, the InferenceServices
 and pods (functions/logic/drift.py: shards).
@@ -75,8 +75,8 @@ Obj = dict[str, Any]
 
 def handle(event: CloudEvent, deps: Deps) -> Reply:
     if event["type"] == RESYNC_SHARD:
-        shard = messages.data_as(event, ResyncShard)
-        judge(deps, Scope(frozenset(shard.namespaces)), restat_reason(shard.full, shard.reason))
+        part = messages.data_as(event, ResyncShard)
+        judge(deps, Scope(frozenset(part.namespaces)), restat_reason(part.full, part.reason))
         return None
     tick = ResyncTick()
     if event.get_data() not in (None, b"", ""):
@@ -86,11 +86,13 @@ def handle(event: CloudEvent, deps: Deps) -> Reply:
         return None
     names = [facts.name_of(ns) for ns in deps.kube.iter(NAMESPACE, page_size=deps.settings.list_page_size)]
     parts = deal(names, deps.settings.resync_shards)
-    shards = [
-        ResyncShard(namespaces=part, shard=index, shards=len(parts), full=tick.full, reason=tick.reason)
+    events = [
+        part_event(
+            ResyncShard(namespaces=part, shard=index, shards=len(parts), full=tick.full, reason=tick.reason)
+        )
         for index, part in enumerate(parts)
     ]
-    bounded_map([shard_event(s) for s in shards], deps.broker.publish, deps.settings.load_concurrency)
+    bounded_map(events, deps.broker.publish, deps.settings.load_concurrency)
     return None
 
 
@@ -107,8 +109,8 @@ def deal(namespaces: Iterable[str], shards: int) -> list[list[str]]:
     return [part for index in range(count) if (part := ordered[index::count])]
 
 
-def shard_event(shard: ResyncShard) -> CloudEvent:
-    return messages.reply(RESYNC_SHARD, NAME, f"{shard.shard + 1}/{shard.shards}", shard)
+def part_event(part: ResyncShard) -> CloudEvent:
+    return messages.reply(RESYNC_SHARD, NAME, f"{part.shard + 1}/{part.shards}", part)
 
 
 def judge(deps: Deps, scope: Scope, restat: str | None) -> None:
@@ -153,8 +155,8 @@ class Held(NamedTuple):
 
 
 def hold(deps: Deps, scope: Scope) -> Held:
-    """Every InferenceService (an adapter's serving is judged where its service says: see
-    `serving_home`), and the Ready pods of the scope's targets."""
+    """Every InferenceService (an adapter of the scope may reference any namespace's), and the
+    Ready pods of the scope's targets."""
     kube, page = deps.kube, deps.settings.list_page_size
     services = {
         (facts.namespace_of(s), facts.name_of(s)): s for s in kube.iter(INFERENCE_SERVICE, page_size=page)
