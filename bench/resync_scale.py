@@ -9,13 +9,16 @@ create and a status write leave), each adapter Ready/Available, used and Loaded 
 it; each engine replica (5,000 vLLM/SGLang stand-ins, each on its own 127.0.x.y address) lists
 what its pod serves (set in the stand-in's state, no HTTP). 1% drifts: vllm adapters missing
 from one pod or with a stale `usedBy`, sglang adapters missing from one pod, and an orphan copy
-(its LoRAAdapter gone) in one namespace in ten. resync runs in its own functions-framework
-process (as in the cluster) with the default page size (500), is sent one ping per repeat, and
-publishes nudges to an EventSink (K_SINK).
-Measured per size: its answer time, its peak RSS (VmHWM of the worker), the API requests it
-made, the nudges (exactly the drifted), the stand-in's own cost per adapter list page (seconds
-spent answering / pages). Reference: the bare reads in a process of their own (the same
-paginated lists and one GET /v1/models per Ready pod, raw JSON, nothing else).
+(its LoRAAdapter gone) in one namespace in ten. resync runs in functions-framework processes
+of its own (as in the cluster) with the default page size (500): two instances, one per core,
+with LORAFLOW_RESYNC_SHARDS=2, so that the tick (one ping per repeat, to the first) is dealt
+into two parts by namespace, which `Parts` (the Broker's part: take each event with a 202, then
+deliver it) hands to the instances in turn; the nudges go to the same sink (K_SINK).
+Measured per size: the time from the ping to the last part's answer, the peak RSS (VmHWM of the
+largest worker), the API requests made, the nudges (exactly the drifted), the stand-in's own
+cost per adapter list page (seconds spent answering / pages); and once, one instance judging
+the tick whole (LORAFLOW_RESYNC_SHARDS=1). Reference: the bare reads in one process of their own
+(the same paginated lists and one GET /v1/models per Ready pod, raw JSON, nothing else).
 Target: <= 10 s, <= 300 MiB and flat in N (large / small peak RSS), nudges only for the drifted.
 """
 
@@ -26,8 +29,9 @@ import json
 import os
 import subprocess
 import sys
+import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from functools import partial
 from pathlib import Path
 from typing import Any, Literal, NamedTuple
@@ -37,12 +41,14 @@ import httpx
 from cloudevents.http import CloudEvent
 
 from bench import world as w
-from bench.common import Result, median_of, timed
+from bench.common import Result, median_of
+from devstack.eventing.sink import EventSink
 from devstack.functions_host import free_port
 from devstack.standins.engines.base import LoadedAdapter
 from devstack.standins.kube.resources import ResourceType
 from devstack.standins.kube.store import WriteOptions
 from devstack.workload import pod_body, pod_status
+from events.domain import RESYNC_SHARD
 from events.external import PING
 from functions.logic.facts import file_set
 from functions.resources.kinds import (
@@ -58,6 +64,8 @@ from tests.support.objects import condition
 from tests.support.wait import eventually
 
 PAGE = 500  # LORAFLOW_LIST_PAGE_SIZE's default
+INSTANCES = 2
+"""resync instances a tick is dealt over (LORAFLOW_RESYNC_SHARDS): this machine's cores."""
 ENGINE_POLL_S = None
 """Idle serving loops sleep until a connection arrives: 5,000 of them waking 20 times a second
 would take the interpreter lock from the stand-ins being measured."""
@@ -348,31 +356,89 @@ def _cpu_s(pids: list[int]) -> float:
     return total
 
 
-def _measure(world: w.World, drifted: set[tuple[str, str, str]], repeats: int) -> dict[str, Any]:
-    port = free_port()
-    process = w.spawn("resync", w.ROOT / "main.py", port)
-    url = f"http://127.0.0.1:{port}/"
+class Parts:
+    """The Broker between a tick and its parts, for `instances` resync processes: each event is
+    taken with a 202 (as a Broker's ingress takes it) and then delivered, a part to the next
+    instance in turn (as Knative's activator spreads requests over a Service's instances at
+    containerConcurrency 1), every other event kept (the nudges)."""
+
+    def __init__(self, sink: EventSink, urls: list[str]) -> None:
+        self.sink, self._urls = sink, urls
+        self._turn = 0
+        self._pool = ThreadPoolExecutor(max(1, len(urls)), thread_name_prefix="parts")
+        self._http = httpx.Client(timeout=600)
+        self._delivered: list[Future[tuple[int, float]]] = []
+        self._lock = threading.Lock()
+        sink.on_event = self._route
+
+    def _route(self, event: CloudEvent) -> bool:
+        """True: the part was taken for delivery (not kept)."""
+        if event["type"] != RESYNC_SHARD:
+            return False
+        with self._lock:
+            url = self._urls[self._turn % len(self._urls)]
+            self._turn += 1
+            self._delivered.append(self._pool.submit(self._deliver, url, event))
+        return True
+
+    def _deliver(self, url: str, event: CloudEvent) -> tuple[int, float]:
+        answer = w.first_answer(self._http, url, event, 600)
+        if answer.status_code != 204:
+            print(f"part {event['subject']}: {answer.status_code} {answer.text[:500]}", file=sys.stderr)
+        return answer.status_code, time.perf_counter()
+
+    def answered(self) -> list[tuple[int, float]]:
+        """(status, when answered) of every part delivered since the last call, once all are."""
+        with self._lock:
+            taken, self._delivered = self._delivered, []
+        return [future.result() for future in taken]
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=True)
+        self._http.close()
+
+
+def _measure(
+    world: w.World, drifted: set[tuple[str, str, str]], repeats: int, instances: int
+) -> dict[str, Any]:
+    """resync in `instances` functions-framework processes: one instance judges the tick
+    itself; more, and the tick is dealt into that many parts (LORAFLOW_RESYNC_SHARDS), each
+    delivered to an instance in turn. Timed from the ping to the last part's answer."""
+    env = {"LORAFLOW_RESYNC_SHARDS": str(instances)}
+    ports = [free_port() for _ in range(instances)]
+    processes = [w.spawn("resync", w.ROOT / "main.py", port, env) for port in ports]
+    urls = [f"http://127.0.0.1:{port}/" for port in ports]
+    parts = Parts(world.sink, urls)
     http = httpx.Client(timeout=600)
     samples: list[float] = []
     requests: list[int] = []
     page_ms: list[float] = []
     resync_cpu: list[float] = []
     stand_in_cpu: list[float] = []
+    parts_s: list[list[float]] = []
     exact = True
     try:
-        eventually(lambda: _answers(http, url), 60, what="resync answers", interval=0.01)  # not measured
+        for url in urls:
+            eventually(partial(_answers, http, url), 60, what="resync answers", interval=0.01)  # not measured
         for _ in range(repeats):
             world.sink.clear()
             world.kube.reset_counters()
             ping = w.event(PING, {"message": "resync"})
             responses: list[httpx.Response] = []
-            workers = [process.pid, *w.descendants(process.pid)]
+            workers = [pid for p in processes for pid in (p.pid, *w.descendants(p.pid))]
             cpu, mine = _cpu_s(workers), os.times()
-            samples.append(timed(partial(_answer_into, responses, http, url, ping)))
+            started = time.perf_counter()
+            _answer_into(responses, http, urls[0], ping)  # its parts were taken before it answered
+            ticked = time.perf_counter()
+            answered = parts.answered()
+            samples.append(max([ticked, *(when for _, when in answered)]) - started)
             resync_cpu.append(_cpu_s(workers) - cpu)
             after = os.times()
             stand_in_cpu.append(after.user + after.system - mine.user - mine.system)
             assert responses[0].status_code == 204, responses[0].text
+            assert all(status == 204 for status, _ in answered), answered
+            assert len(answered) == (instances if instances > 1 else 0), answered
+            parts_s.append(sorted(round(when - started, 2) for _, when in answered))
             requests.append(world.kube.request_count)
             pages = world.kube.requests[("list", VLLM_ADAPTER.plural)]
             spent = world.kube.request_seconds.get(("list", VLLM_ADAPTER.plural), 0.0)
@@ -382,14 +448,18 @@ def _measure(world: w.World, drifted: set[tuple[str, str, str]], repeats: int) -
                 for e in world.sink.events
             }
             exact = exact and nudged == drifted and len(world.sink.events) == len(drifted)
-        peak = w.peak_rss_mib(process.pid)
+        peak = max(w.peak_rss_mib(p.pid) for p in processes)
     finally:
-        process.terminate()
-        process.wait(30)
+        for process in processes:
+            process.terminate()
+            process.wait(30)
+        parts.close()
         http.close()
     return {
+        "instances": instances,
         "seconds": median_of(samples),
         "samples_s": [round(s, 3) for s in samples],
+        "parts_answered_s": parts_s,
         "peak_rss_mib": round(peak, 1),
         "api_requests": requests[-1],
         "adapter_list_page_ms": round(median_of(page_ms), 2),
@@ -415,7 +485,12 @@ def run(smoke: bool) -> Result:
             label = f"{v1}+{v2}"
             pods = sum(map(len, cluster.md_pods.values())) + sum(map(len, cluster.isvc_pods.values()))
             measured[label] = {"v1": v1, "v2": v2, "setup_s": round(time.monotonic() - grown, 1)}
-            measured[label] |= _measure(world, drifted, repeats)
+            measured[label] |= _measure(world, drifted, repeats, INSTANCES)
+            one = _measure(world, drifted, 1, 1)  # the tick judged whole, by one instance
+            measured[label] |= {
+                f"one_instance_{k}": one[k] for k in ("seconds", "peak_rss_mib", "resync_cpu_s")
+            }
+            measured[label]["one_instance_exact"] = one["nudges_exactly_the_drifted"]
             reference = _reference(world, repeats)
             measured[label]["reference_s"] = round(median_of(reference), 3)
             measured[label]["reference_samples_s"] = [round(s, 3) for s in reference]
@@ -423,7 +498,7 @@ def run(smoke: bool) -> Result:
     small, large = (measured[k] for k in measured)
     flat = large["peak_rss_mib"] / small["peak_rss_mib"]
     value, ref = large["seconds"], large["reference_s"]
-    exact = all(m["nudges_exactly_the_drifted"] for m in measured.values())
+    exact = all(m["nudges_exactly_the_drifted"] and m["one_instance_exact"] for m in measured.values())
     met = value <= 10 and large["peak_rss_mib"] <= 300 and flat <= 1.15 and exact
     deployments = shape.namespaces * shape.deployments
     return Result(
@@ -447,10 +522,13 @@ def run(smoke: bool) -> Result:
             "rss_large_over_small": round(flat, 2),
         },
         note=(
-            f"peak RSS {large['peak_rss_mib']:.0f} MiB at {large['v1'] + large['v2']:,} adapters, "
-            f"{small['peak_rss_mib']:.0f} MiB at {small['v1'] + small['v2']:,} ({flat:.2f}x); "
-            f"{small['seconds']:.2f} s at the small size; {large['api_requests']} API requests "
-            f"(adapters / page = {(large['v1'] + 2 * large['v2']) / PAGE:.0f}, the sglang kind read twice); "
+            f"dealt into {INSTANCES} parts, one instance each; peak RSS {large['peak_rss_mib']:.0f} MiB "
+            f"at {large['v1'] + large['v2']:,} adapters, {small['peak_rss_mib']:.0f} MiB at "
+            f"{small['v1'] + small['v2']:,} ({flat:.2f}x); {small['seconds']:.2f} s at the small size; "
+            f"one instance judging the tick whole: {large['one_instance_seconds']:.1f} s "
+            f"({large['one_instance_resync_cpu_s']:.1f} s CPU); {large['api_requests']} API requests "
+            f"(adapters / page = {(large['v1'] + 2 * large['v2']) / PAGE:.0f}; a part lists its adapters "
+            f"namespace by namespace and reads the whole sglang kind once); "
             f"{large['drifted']} nudges for {large['drifted']} drifted; the stand-in spends "
             f"{large['adapter_list_page_ms']:.1f} ms per page of {PAGE} adapters; CPU per tick: resync "
             f"{large['resync_cpu_s']:.1f} s, the stand-ins {large['stand_ins_cpu_s']:.1f} s (2 cores, shared)"

@@ -125,6 +125,14 @@ CATALOG: tuple[EventType, ...] = (
         "adapter",
     ),
     EventType(
+        domain.RESYNC_SHARD,
+        domain.ResyncShard,
+        "emitted",
+        "resync",
+        "One part of a resync tick: the namespaces one request judges (LORAFLOW_RESYNC_SHARDS > 1)",
+        "part/parts",
+    ),
+    EventType(
         external.API_ADD,
         external.KubeObject,
         "consumed",

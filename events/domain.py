@@ -12,7 +12,7 @@ The payloads are pydantic models, importable without anything of the functions:
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import ConfigDict, Field
 from pydantic.alias_generators import to_camel
@@ -32,6 +32,7 @@ ADAPTER_LOADED_V2 = f"{PREFIX}.adapter.loaded.v2"
 ADAPTER_UNLOADED = f"{PREFIX}.adapter.unloaded.v1"
 POD_RELOADED = f"{PREFIX}.pod.reloaded.v1"
 ADAPTER_DRIFTED = f"{PREFIX}.adapter.drifted.v1"
+RESYNC_SHARD = f"{PREFIX}.resync.shard.v1"
 
 # Extension attribute carried by `adapter.drifted` so that Triggers can route a nudge to the
 # one step that repairs it (CloudEvents extension names: lowercase alphanumerics, <= 20 chars).
@@ -140,3 +141,22 @@ class AdapterDrifted(Payload):
     adapter: AdapterRef
     step: DriftStep
     reason: str
+
+
+MAX_SHARD_NAMESPACES = 1000
+"""Namespaces in one resync shard event: ~64 KiB of names at most (a broker's event size limit,
+e.g. Kafka's 1 MB default, is far off); a tick over more namespaces publishes more shards."""
+
+Namespace = Annotated[str, Field(pattern=LABEL_PATTERN, max_length=63)]
+
+
+class ResyncShard(Payload):
+    """One part of a resync tick: the namespaces one instance judges. The tick's resync lists the
+    namespaces and publishes one shard per part (LORAFLOW_RESYNC_SHARDS), so that the parts are
+    judged side by side; `full` and `reason` are the tick's."""
+
+    namespaces: list[Namespace] = Field(min_length=1, max_length=MAX_SHARD_NAMESPACES)
+    shard: int = Field(ge=0)
+    shards: int = Field(ge=1)
+    full: bool = False
+    reason: str | None = Field(default=None, max_length=1024)

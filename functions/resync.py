@@ -1,22 +1,27 @@
 """resync: the periodic safety net. Finds drift and publishes one nudge per (adapter, step).
 
-Trigger: `dev.knative.sources.ping`, from the PingSource or from the filer source; data
-`{"full": true, "reason": ...}` (the filer source, when the filer's metadata log no longer
-covers its cursor) adds a stat nudge for every admitted seed-1 adapter, Ready ones included:
-their files may have changed unnoticed.
+Triggers:
+- `dev.knative.sources.ping`, from the PingSource or from the filer source; data
+  `{"full": true, "reason": ...}` (the filer source, when the filer's metadata log no longer
+  covers its cursor) adds a stat nudge for every admitted seed-1 adapter, Ready ones included:
+  their files may have changed unnoticed. With LORAFLOW_RESYNC_SHARDS = 1 the tick is judged
+  here; above, the namespaces are listed and dealt out into that many parts, each published as
+  `io.loraflow.resync.shard.v1` (the Broker brings each back to a request of its own).
+- `io.loraflow.resync.shard.v1`: judges the namespaces it names, as the tick would.
 Reads: InferenceServices and serving Pods (`loraflow.io/serving=true`), held for the tick
 (they are few); the ModelDeployments and the adapters of both kinds page by page
 (`LORAFLOW_LIST_PAGE_SIZE`), never all at once (ModelDeployments name every vllm adapter, so
-only a page and two namespaces' of them are held: the lists come in (namespace, name) order, as
-the API server keeps its keys); one `GET /v1/models` per Ready pod (fanned out), one namespace's pods
-at a time.
+only a page and two namespaces' of them are held: the lists come in the API's key order); one
+`GET /v1/models` per Ready pod (fanned out), one namespace's pods at a time. A part lists its
+namespaces' adapters namespace by namespace, and the other kinds cluster-wide, keeping its own.
 Writes: nothing. Publishes `io.loraflow.adapter.drifted.v1` (extension `loraflowstep` =
 admit|stat|load|unload, data.reason) to the Broker for what drifted only, shard by shard.
 Outcomes: 204 (nudges are published, not replied); 503 when the API or the Broker fails.
-Cost: the paginated lists (about adapters / page size requests, the sglang kind twice) + one
-listing per Ready pod, no per-adapter API call; memory: a page of adapters and one of
-ModelDeployments, one namespace's sglang adapters and pod listings, the InferenceServices and
-pods (functions/logic/drift.py: shards).
+Cost: the paginated lists (about adapters / page size requests, the sglang kind twice; a
+part: its namespaces' adapters, at least one list per namespace and kind, and the whole sglang
+kind once) + one listing per Ready pod, no per-adapter API call; memory: a page of adapters and
+one of ModelDeployments, one namespace's sglang adapters and pod listings, the InferenceServices
+and pods (functions/logic/drift.py: shards).
 """
 
 from __future__ import annotations
@@ -26,13 +31,21 @@ import threading
 from collections import defaultdict
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
-from itertools import groupby
+from itertools import chain, groupby
 from queue import Full, Queue
 from typing import Any, NamedTuple
 
 from cloudevents.http import CloudEvent
 
-from events.domain import ADAPTER_DRIFTED, STEP_EXTENSION, AdapterDrifted, AdapterRef
+from events.domain import (
+    ADAPTER_DRIFTED,
+    MAX_SHARD_NAMESPACES,
+    RESYNC_SHARD,
+    STEP_EXTENSION,
+    AdapterDrifted,
+    AdapterRef,
+    ResyncShard,
+)
 from events.external import PING, ResyncTick
 from functions.adapters import fleet
 from functions.adapters.concurrency import bounded_map
@@ -47,29 +60,91 @@ from functions.resources.kinds import (
     INFERENCE_SERVICE,
     MODEL,
     MODEL_DEPLOYMENT,
+    NAMESPACE,
     POD,
     SERVING_LABEL,
     SGLANG_ADAPTER,
     VLLM_ADAPTER,
+    Kind,
 )
 
 NAME = "resync"
-ACCEPTS = (PING,)
+ACCEPTS = (PING, RESYNC_SHARD)
 Obj = dict[str, Any]
 
 
 def handle(event: CloudEvent, deps: Deps) -> Reply:
+    if event["type"] == RESYNC_SHARD:
+        part = messages.data_as(event, ResyncShard)
+        judge(deps, Scope(frozenset(part.namespaces)), restat_reason(part.full, part.reason))
+        return None
     tick = ResyncTick()
     if event.get_data() not in (None, b"", ""):
         tick = messages.data_as(event, ResyncTick)  # an object or nothing; garbage is a 400
-    restat = (tick.reason or "storage notifications may have been lost") if tick.full else None
+    if deps.settings.resync_shards == 1:
+        judge(deps, Scope(None), restat_reason(tick.full, tick.reason))
+        return None
+    names = [facts.name_of(ns) for ns in deps.kube.iter(NAMESPACE, page_size=deps.settings.list_page_size)]
+    parts = deal(names, deps.settings.resync_shards)
+    events = [
+        part_event(
+            ResyncShard(namespaces=part, shard=index, shards=len(parts), full=tick.full, reason=tick.reason)
+        )
+        for index, part in enumerate(parts)
+    ]
+    bounded_map(events, deps.broker.publish, deps.settings.load_concurrency)
+    return None
+
+
+def restat_reason(full: bool, reason: str | None) -> str | None:
+    return (reason or "storage notifications may have been lost") if full else None
+
+
+def deal(namespaces: Iterable[str], shards: int) -> list[list[str]]:
+    """The namespaces dealt out into `shards` parts like cards (a tenant with many adapters next
+    to another in the list then lands in another part), more parts when one would name more than
+    MAX_SHARD_NAMESPACES; each part in list order, no part empty."""
+    ordered = sorted(set(namespaces), key=list_order)
+    count = max(shards, -(-len(ordered) // MAX_SHARD_NAMESPACES))
+    return [part for index in range(count) if (part := ordered[index::count])]
+
+
+def part_event(part: ResyncShard) -> CloudEvent:
+    return messages.reply(RESYNC_SHARD, NAME, f"{part.shard + 1}/{part.shards}", part)
+
+
+def judge(deps: Deps, scope: Scope, restat: str | None) -> None:
+    """Publish the nudges for what drifted in `scope`."""
     width = deps.settings.load_concurrency
-    for snapshot in shards(deps):
+    for snapshot in shards(deps, scope):
         # built here, where the tick's trace context is; posted side by side: each is one POST
         # to the Broker, which answers slower than the planner judges the next shard
         events = [to_event(n) for n in drift.drift(snapshot, deps.settings.mount_root, restat=restat)]
         bounded_map(events, deps.broker.publish, width)
-    return None
+
+
+class Scope(NamedTuple):
+    """The namespaces a request judges (None: all of them)."""
+
+    namespaces: frozenset[str] | None
+
+    def has(self, namespace: str) -> bool:
+        return self.namespaces is None or namespace in self.namespaces
+
+    def keep(self, objects: Iterable[Obj]) -> Iterator[Obj]:
+        """`objects` of the scope's namespaces, in their order."""
+        if self.namespaces is None:
+            return iter(objects)
+        return (obj for obj in objects if facts.namespace_of(obj) in self.namespaces)
+
+    def listed(self, deps: Deps, kind: Kind) -> Iterator[Obj]:
+        """`kind`'s objects in the scope, in the API's list order, page by page: one cluster-wide
+        list for all namespaces, else one list per namespace (no other's pages are read)."""
+        page = deps.settings.list_page_size
+        if self.namespaces is None:
+            return deps.kube.iter(kind, page_size=page)
+        ordered = sorted(self.namespaces, key=list_order)
+        return chain.from_iterable(deps.kube.iter(kind, ns, page_size=page) for ns in ordered)
 
 
 class Held(NamedTuple):
@@ -79,13 +154,15 @@ class Held(NamedTuple):
     pods: Mapping[TargetKey, Sequence[Endpoint]]
 
 
-def hold(deps: Deps) -> Held:
+def hold(deps: Deps, scope: Scope) -> Held:
+    """Every InferenceService (an adapter of the scope may reference any namespace's), and the
+    Ready pods of the scope's targets."""
     kube, page = deps.kube, deps.settings.list_page_size
     services = {
         (facts.namespace_of(s), facts.name_of(s)): s for s in kube.iter(INFERENCE_SERVICE, page_size=page)
     }
     pods: dict[TargetKey, list[Endpoint]] = defaultdict(list)
-    for pod in kube.iter(POD, None, f"{SERVING_LABEL}=true", page_size=page):
+    for pod in scope.keep(kube.iter(POD, None, f"{SERVING_LABEL}=true", page_size=page)):
         target = inputs.serving_target(pod)
         ep = fleet.endpoint_of(deps, pod, target) if target is not None else None
         if ep is not None and target is not None:
@@ -222,12 +299,22 @@ class Models:
         return frozenset(key for key, found in self._exists.items() if found)
 
 
-def shards(deps: Deps) -> Iterator[drift.Snapshot]:
-    """The world as shards (functions/logic/drift.py), read as they are judged."""
-    held = hold(deps)
+def shards(deps: Deps, scope: Scope) -> Iterator[drift.Snapshot]:
+    """The scope's world as shards (functions/logic/drift.py), read as they are judged."""
+    held = hold(deps, scope)
     models = Models(deps)
-    yield from _vllm_shards(deps, held, models)
-    yield from _sglang_shards(deps, held)
+    yield from _vllm_shards(deps, scope, held, models)
+    yield from _sglang_shards(deps, scope, held)
+
+
+def list_order(namespace: str) -> str:
+    """Where a namespace's objects come in a cluster-wide list: etcd orders the keys
+    .../<namespace>/<name> as bytes, so "team-b" comes before "team" ('-' is below '/')."""
+    return namespace + "/"
+
+
+def listed_before(namespace: str, other: str) -> bool:
+    return list_order(namespace) < list_order(other)
 
 
 def _chunks(objects: Iterable[Obj], size: int) -> Iterator[tuple[str, list[Obj]]]:
@@ -243,12 +330,13 @@ def _chunks(objects: Iterable[Obj], size: int) -> Iterator[tuple[str, list[Obj]]
             yield namespace, chunk
 
 
-def _vllm_shards(deps: Deps, held: Held, models: Models) -> Iterator[drift.Snapshot]:
+def _vllm_shards(deps: Deps, scope: Scope, held: Held, models: Models) -> Iterator[drift.Snapshot]:
     """One namespace at a time, in the lists' order: its ModelDeployments and their pods'
     listings, then its adapters a chunk at a time, then the copies no chunk named (orphans)."""
     page = deps.settings.list_page_size
-    # read as judged, a page when the last is used up: read ahead, two pages would be queued
-    deployments = Deployments(deps.kube.iter(MODEL_DEPLOYMENT, page_size=page))
+    # read as judged, a page when the last is used up: read ahead, two pages would be queued;
+    # cluster-wide in a shard too (a few pages: one ModelDeployment serves many adapters)
+    deployments = Deployments(scope.keep(deps.kube.iter(MODEL_DEPLOYMENT, page_size=page)))
     current: str | None = None
     mds: list[Obj] = []
     pods: dict[drift.Namespaced, dict[str, Any]] = {}
@@ -267,11 +355,13 @@ def _vllm_shards(deps: Deps, held: Held, models: Models) -> Iterator[drift.Snaps
 
     def before(namespace: str | None) -> Iterator[drift.Snapshot]:
         """The namespaces with ModelDeployments but no adapter, up to `namespace` (None: all)."""
-        while (upcoming := deployments.upcoming()) and (namespace is None or upcoming[0] < namespace):
+        while (upcoming := deployments.upcoming()) and (
+            namespace is None or listed_before(upcoming[0], namespace)
+        ):
             enter(*deployments.take())
             yield from leave()
 
-    adapters = read_ahead(deps.kube.iter(VLLM_ADAPTER, page_size=page), page)
+    adapters = read_ahead(scope.listed(deps, VLLM_ADAPTER), page)
     try:
         for namespace, chunk in _chunks(adapters, page):
             if namespace != current:
@@ -293,22 +383,25 @@ def _vllm_shards(deps: Deps, held: Held, models: Models) -> Iterator[drift.Snaps
         ahead.close()
 
 
-def _sglang_shards(deps: Deps, held: Held) -> Iterator[drift.Snapshot]:
+def _sglang_shards(deps: Deps, scope: Scope, held: Held) -> Iterator[drift.Snapshot]:
     """One namespace at a time: its adapters (their lifecycle), with every claimant of its
     InferenceServices (their serving), the claimants from other namespaces read first."""
     page = deps.settings.list_page_size
+    targets = SglangTargets(held, scope)
+    # An adapter may claim any namespace's InferenceService, permitted or not, and the service's
+    # claimants are judged together (the oldest owns a name; a copy is known by its path), so
+    # a part reads the whole kind first, keeping only the claims on its own namespaces.
     foreign: dict[str, list[Obj]] = defaultdict(list)
     for obj in read_ahead(deps.kube.iter(SGLANG_ADAPTER, page_size=page), page):
         ref = facts.isvc_ref(obj)
-        if ref.namespace != facts.namespace_of(obj):
+        if ref.namespace != facts.namespace_of(obj) and scope.has(ref.namespace):
             foreign[ref.namespace].append(obj)
-    targets = SglangTargets(held)
     ahead = Ahead(deps, held)
-    pending = sorted(set(targets.namespaces) | set(foreign))
-    adapters = read_ahead(deps.kube.iter(SGLANG_ADAPTER, page_size=page), page)
+    pending = sorted(set(targets.namespaces) | set(foreign), key=list_order)
+    adapters = read_ahead(scope.listed(deps, SGLANG_ADAPTER), page)
     try:
         for namespace, group in groupby(adapters, key=facts.namespace_of):
-            while pending and pending[0] < namespace:
+            while pending and listed_before(pending[0], namespace):
                 yield _sglang_shard(targets, pending.pop(0), [], foreign, ahead)
             if pending and pending[0] == namespace:
                 pending.pop(0)
@@ -320,21 +413,23 @@ def _sglang_shards(deps: Deps, held: Held) -> Iterator[drift.Snapshot]:
 
 
 class SglangTargets:
-    """The InferenceServices by namespace, in namespace order."""
+    """The scope's InferenceServices by namespace, in list order (and every one, by key: an
+    adapter may reference another namespace's)."""
 
-    def __init__(self, held: Held) -> None:
+    def __init__(self, held: Held, scope: Scope) -> None:
         self.services = held.services
         self._of: dict[str, list[TargetKey]] = defaultdict(list)
         for namespace, name in sorted(held.services):
-            self._of[namespace].append(TargetKey("InferenceService", namespace, name))
-        self.namespaces = sorted(self._of)
+            if scope.has(namespace):
+                self._of[namespace].append(TargetKey("InferenceService", namespace, name))
+        self.namespaces = sorted(self._of, key=list_order)
 
     def of(self, namespace: str) -> list[TargetKey]:
         return self._of.get(namespace, [])
 
     def following(self, namespace: str) -> tuple[str, Sequence[TargetKey]] | None:
         """The next namespace after `namespace` with InferenceServices, and theirs."""
-        index = bisect.bisect_right(self.namespaces, namespace)
+        index = bisect.bisect_right(self.namespaces, list_order(namespace), key=list_order)
         return (
             (self.namespaces[index], self.of(self.namespaces[index]))
             if index < len(self.namespaces)

@@ -45,6 +45,11 @@ class Settings(BaseModel):
     load_concurrency: int = Field(default=10, ge=1, le=1000)
     list_page_size: int = Field(default=500, ge=1, le=10000)
     """Objects per list request (limit/continue): resync holds one page of adapters at a time."""
+    resync_shards: int = Field(default=1, ge=1, le=1000)
+    """Parts a resync tick is split into, by namespace: each is an `io.loraflow.resync.shard.v1`
+    event that a request of its own judges (with the Service's containerConcurrency 1, an
+    instance of its own), so a tick uses as many cores as it has parts. 1: the request that got
+    the tick judges it all."""
     engine_timeout: float = Field(default=30.0, gt=0)
     max_lora_rank: int = Field(default=64, ge=1)
     engine_deny: str = ""

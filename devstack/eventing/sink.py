@@ -5,15 +5,26 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from cloudevents.http import CloudEvent, from_http
 
 
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+    # socketserver listens with a backlog of 5: a tick's parts publishing side by side (10
+    # each) overflow it, and the kernel resets the connections it had no room for. A Broker's
+    # ingress is a Go server, whose listen backlog is the kernel's somaxconn (4096 here).
+    request_queue_size = 256
+
+
 class EventSink:
     def __init__(self, host: str = "127.0.0.1", port: int = 0) -> None:
         self.events: list[CloudEvent] = []
+        self.on_event: Callable[[CloudEvent], bool] | None = None
+        """Called with each event before it is kept; True: it was taken elsewhere (not kept)."""
         self._lock = threading.Condition()
         sink = self
 
@@ -28,9 +39,11 @@ class EventSink:
                 except Exception:
                     self.send_response(400)
                 else:
-                    with sink._lock:
-                        sink.events.append(event)
-                        sink._lock.notify_all()
+                    taken = sink.on_event is not None and sink.on_event(event)
+                    if not taken:
+                        with sink._lock:
+                            sink.events.append(event)
+                            sink._lock.notify_all()
                     self.send_response(202)
                 self.send_header("Content-Length", "0")
                 self.end_headers()
@@ -38,8 +51,7 @@ class EventSink:
             def log_message(self, format: str, *args: Any) -> None:
                 return
 
-        self._server = ThreadingHTTPServer((host, port), Handler)
-        self._server.daemon_threads = True
+        self._server = _Server((host, port), Handler)
         self._thread = threading.Thread(target=self._server.serve_forever, name="event-sink", daemon=True)
 
     @property

@@ -43,6 +43,7 @@ MODEL_DEPLOYMENT = Kind(RACKAI_GROUP, VERSION, "modeldeployments", "ModelDeploym
 SGLANG_ADAPTER = Kind(INFERENCE_GROUP, VERSION, "loraadapters", "LoRAAdapter")
 INFERENCE_SERVICE = Kind(INFERENCE_GROUP, VERSION, "inferenceservices", "InferenceService")
 POD = Kind("", "v1", "pods", "Pod")
+NAMESPACE = Kind("", "v1", "namespaces", "Namespace")
 LEASE = Kind("coordination.k8s.io", "v1", "leases", "Lease")
 """Where the filer source keeps its cursor (annotations of one Lease in its own namespace)."""
 

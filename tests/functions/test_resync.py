@@ -12,7 +12,7 @@ from typing import Any
 import httpx
 from cloudevents.http import CloudEvent
 
-from events.domain import ADAPTER_ADMITTED, ADAPTER_DRIFTED, ADAPTER_READY, STEP_EXTENSION
+from events.domain import ADAPTER_ADMITTED, ADAPTER_DRIFTED, ADAPTER_READY, RESYNC_SHARD, STEP_EXTENSION
 from events.external import PING
 from functions.resources.kinds import (
     FINALIZER,
@@ -197,6 +197,25 @@ def test_one_nudge_per_drift_and_none_for_adapters_in_sync(world: Testbed) -> No
     assert why[("deleting", "unload")] == "deleting and still carrying our finalizer"
     assert why[("extra", "unload")] == "loaded in d1 which should not serve it"
     assert why[("extra", "load")] == "Loaded is stale or missing: no ModelDeployment names it"
+
+
+def test_a_tick_dealt_into_parts_nudges_as_the_whole_tick(world: Testbed) -> None:
+    """LORAFLOW_RESYNC_SHARDS=3: the tick lists the namespaces and publishes its parts (no nudge
+    of its own); each part, posted as the Broker delivers it, judges its namespaces; together
+    they nudge exactly what one whole tick does."""
+    ns, _ = drifted_world(world)
+    whole = summary(resync(world, ns))
+    world.sink.clear()
+    with world.settings(LORAFLOW_RESYNC_SHARDS="3"):
+        assert world.post("resync", world.event(PING, {"resync": True})).status_code == 204
+        parts = world.sink.of_type(RESYNC_SHARD)
+        assert world.sink.of_type(ADAPTER_DRIFTED) == []
+        dealt = [name for part in parts for name in data_of(part)["namespaces"]]
+        assert ns in dealt and len(dealt) == len(set(dealt)) and len(parts) == min(3, len(dealt))
+        for part in parts:
+            assert world.post("resync", part).status_code == 204
+    nudged = [e for e in world.sink.of_type(ADAPTER_DRIFTED) if data_of(e)["adapter"]["namespace"] == ns]
+    assert summary(nudged) == whole == EXPECTED
 
 
 def test_nudges_repair_the_drift(world: Testbed) -> None:

@@ -26,6 +26,7 @@ import pytest
 import yaml
 
 from events.catalog import CATALOG
+from events.domain import RESYNC_SHARD
 from functions.settings import Settings
 from tests.support.manifests import (
     K8S_VERSION,
@@ -167,8 +168,10 @@ def test_contract_routes() -> None:
     for trigger in of_kind("Trigger"):
         by_function.setdefault(subscriber(trigger), []).append(trigger["spec"]["filters"])
     assert {"exact": {"kind": "Pod"}} in by_function["reload"][0]
-    (resync,) = by_function["resync"]
-    assert {"prefix": {"source": "/apis/v1/namespaces/loraflow/pingsources/loraflow-resync"}} in resync
+    (tick,) = [f for f in by_function["resync"] if {"exact": {"type": "dev.knative.sources.ping"}} in f]
+    (parts,) = [f for f in by_function["resync"] if f is not tick]
+    assert {"prefix": {"source": "/apis/v1/namespaces/loraflow/pingsources/loraflow-resync"}} in tick
+    assert parts == [{"exact": {"type": RESYNC_SHARD}}, {"exact": {"source": "/loraflow/resync"}}]  # its own
     drift_steps = {
         f["exact"]["loraflowstep"]
         for filters in by_function.values()

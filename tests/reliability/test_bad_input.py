@@ -22,7 +22,7 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from events.catalog import BY_TYPE, sample
-from events.domain import ADAPTER_DRIFTED, FILE_CHANGED, STEP_EXTENSION
+from events.domain import ADAPTER_DRIFTED, FILE_CHANGED, RESYNC_SHARD, STEP_EXTENSION
 from events.external import API_TYPES, AWS_SQS, PING
 from functions import admit, ingest, load, reload, resync, stat, unload, verify
 from functions.edge.messages import MAX_BODY_BYTES
@@ -510,7 +510,11 @@ def test_names_that_are_not_dns_labels(world: Testbed, which: str, data: st.Data
                 continue
             event = base_attributes(type_, function)
             event.pop("subject", None)
-            if type_ in API_TYPES:
+            if type_ == RESYNC_SHARD:  # a tick's part names namespaces only
+                if which != "namespace":
+                    continue
+                event["data"]["namespaces"] = ["team-a", value]
+            elif type_ in API_TYPES:
                 event["data"]["metadata"][which] = value
                 event.pop(which, None)  # the extension (a header) may not carry it either
             else:

@@ -24,7 +24,7 @@ from cloudevents.http import CloudEvent, from_http
 
 from devstack.eventing.sink import EventSink
 from devstack.seaweedfs import shared
-from events.domain import ADAPTER_ADMITTED, ADAPTER_READY, ADAPTER_STAT_COMPLETED, FILE_CHANGED
+from events.domain import ADAPTER_ADMITTED, ADAPTER_READY, ADAPTER_STAT_COMPLETED, FILE_CHANGED, RESYNC_SHARD
 from events.external import PING
 from functions.resources.kinds import (
     INFERENCE_SERVICE,
@@ -149,8 +149,15 @@ def lifecycle(world: Testbed) -> None:
     admitted2 = send(world, "admit", world.apiserver_event("add", v2))
     assert admitted2 is not None
     send(world, "load", admitted2, ok=(200, 204, 503))
-    # resync: the periodic tick lists everything
+    # resync: the periodic tick lists everything; dealt into parts, it lists the namespaces
     send(world, "resync", world.event(PING, {"resync": True}))
+    world.sink.clear()
+    with world.settings(LORAFLOW_RESYNC_SHARDS="2"):
+        send(world, "resync", world.event(PING, {"resync": True}))
+        parts = [event for event in world.sink.events if event["type"] == RESYNC_SHARD]
+        assert ns in {name for part in parts for name in part.get_data()["namespaces"]}  # type: ignore[index]
+        for part in parts:
+            send(world, "resync", part)
     rest_of_the_paths(world, ns, pod["metadata"]["name"], pod_obj, integrity)
     # unload: the adapter is deleted; our finalizer holds it until every pod is clean
     world.custom.delete_namespaced_custom_object(

@@ -1,12 +1,15 @@
-"""The stack's options: broker chaos (duplicated and shuffled deliveries)."""
+"""The stack's options: broker chaos (duplicated and shuffled deliveries), a tick dealt into parts."""
 
 from __future__ import annotations
 
 import secrets
 
+import httpx
+
 from devstack.eventing.broker import Faults
 from devstack.seaweedfs import shared
 from devstack.stack import Stack
+from events.domain import RESYNC_SHARD
 from functions.resources.kinds import MODEL, MODEL_DEPLOYMENT, MODEL_DEPLOYMENT_LABEL, VLLM_ADAPTER
 from tests.support.builders import upload_vllm_adapter
 from tests.support.cluster import Cluster
@@ -35,3 +38,26 @@ def test_duplicated_and_shuffled_deliveries_still_converge() -> None:
         eventually(lambda: cluster.get(VLLM_ADAPTER, "a1") is None, what="gone")
         assert cluster.unloaded_everywhere(f"{MODEL_DEPLOYMENT_LABEL}=d1", "a1")
         assert stack.broker.counters.delivered > stack.broker.counters.received
+
+
+def test_a_tick_dealt_into_parts_repairs_a_lost_copy_in_each_namespace() -> None:
+    """LORAFLOW_RESYNC_SHARDS=2: the PingSource's tick is dealt into parts, the broker brings
+    each back to resync by its own Trigger, and the parts' nudges put back a copy that an
+    engine lost, in each of two namespaces."""
+    with Stack(
+        ping_period=1.0, time_scale=0.1, seaweed=shared(), function_env={"LORAFLOW_RESYNC_SHARDS": "2"}
+    ) as stack:
+        clusters = [run_to_loaded(stack, replicas=2) for _ in range(2)]
+        selector = f"{MODEL_DEPLOYMENT_LABEL}=d1"
+        for cluster in clusters:
+            pod = cluster.pods(selector)[0]["metadata"]["name"]
+            url = stack.workload.replica(cluster.namespace, pod).url
+            assert httpx.post(f"{url}/v1/unload_lora_adapter", json={"lora_name": "a1"}).status_code == 200
+            assert not cluster.loaded_in(selector, "a1", 2)
+        for cluster in clusters:
+            eventually(lambda c=cluster: c.loaded_in(selector, "a1", 2), 30, what="the lost copy back")
+        parts = [e for e in stack.broker.log.since(0) if e["type"] == RESYNC_SHARD]
+        delivered = [e for e in parts if e["outcome"] == "delivered"]
+        assert {e["trigger"] for e in delivered} == {"loraflow-resync-shard"}
+        assert {e["subject"] for e in delivered} >= {"1/2", "2/2"}
+        assert all(e["outcome"] in ("received", "delivered") for e in parts), parts

@@ -383,3 +383,34 @@ def test_namespaces_events_and_deletecollection(
     assert [e.metadata.name for e in found.items] == ["e1"]
     custom.delete_collection_namespaced_custom_object(GROUP, VERSION, "loraflow", PLURAL)
     assert custom.list_namespaced_custom_object(GROUP, VERSION, "loraflow", PLURAL)["items"] == []
+
+
+def test_lists_come_in_etcds_key_order_across_namespaces(
+    core: client.CoreV1Api, custom: client.CustomObjectsApi, make_adapter: Factory
+) -> None:
+    """etcd orders the bytes of .../<namespace>/<name>: "team-b/..." sorts before "team/..."
+    ('-' is below '/'), in a whole list and across pages, and a namespace's own list ends where
+    its keys do (remainingItemCount counts only its own)."""
+    for ns in ("team", "team-b"):
+        core.create_namespace({"metadata": {"name": ns}})
+        for name in ("x", "y"):
+            _create(custom, make_adapter(name), ns)
+    order = [("team-b", "x"), ("team-b", "y"), ("team", "x"), ("team", "y")]
+    everywhere = custom.list_cluster_custom_object(GROUP, VERSION, PLURAL)
+    keys = [(i["metadata"]["namespace"], i["metadata"]["name"]) for i in everywhere["items"]]
+    assert [k for k in keys if k[0].startswith("team")] == order
+    paged, token = [], None
+    while True:
+        kwargs = {"_continue": token} if token else {}
+        page = custom.list_cluster_custom_object(GROUP, VERSION, PLURAL, limit=1, **kwargs)
+        paged += [(i["metadata"]["namespace"], i["metadata"]["name"]) for i in page["items"]]
+        token = page["metadata"].get("continue")
+        if not token:
+            break
+    assert paged == keys
+    first = custom.list_namespaced_custom_object(GROUP, VERSION, "team-b", PLURAL, limit=1)
+    assert first["metadata"]["remainingItemCount"] == 1
+    rest = custom.list_namespaced_custom_object(
+        GROUP, VERSION, "team-b", PLURAL, limit=1, _continue=first["metadata"]["continue"]
+    )
+    assert [i["metadata"]["name"] for i in rest["items"]] == ["y"] and not rest["metadata"].get("continue")

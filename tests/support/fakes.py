@@ -87,7 +87,10 @@ class FakeKube:
         page_size: int = 500,
     ) -> Iterator[Obj]:
         wanted = dict(part.split("=", 1) for part in (label_selector or "").split(",") if part)
-        for (k, ns, _), obj in sorted(self.objects.items()):
+        # in etcd's key order (.../<namespace>/<name> as bytes): "ns-a/x" before "ns/x"
+        for (k, ns, _), obj in sorted(
+            self.objects.items(), key=lambda item: (item[0][0], "/".join(item[0][1:]))
+        ):
             if k != f"{kind.api_version}/{kind.kind}" or (namespace is not None and ns != namespace):
                 continue
             labels = obj["metadata"].get("labels") or {}

@@ -23,6 +23,15 @@ from devstack.standins.kube.validation import process
 JSON = dict[str, Any]
 Key = tuple[str, str]
 
+
+def etcd_order(key: Key) -> str:
+    """Where `key` (namespace, name) sorts: etcd orders the bytes of
+    /registry/<group>/<plural>/<namespace>/<name>, so "team-b/x" comes before "team/x" ('-' is
+    below '/'), not after it as the pair ("team-b", "x") would (k8s.io/apiserver storage/etcd3
+    GetList reads a key range; the watch cache's btree keeps the same key strings)."""
+    return f"{key[0]}/{key[1]}"
+
+
 _NAME = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 _NAME_MSG = (
     "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, "
@@ -131,9 +140,8 @@ class Store:
         self._changed: dict[Key, threading.Condition] = {}
         self.max_request_bytes = max_request_bytes  # etcd's --max-request-bytes; tests lower it
         self._objects: dict[Key, dict[Key, JSON]] = {}
-        # Each resource's object keys in (namespace, name) order, as etcd orders its keys
-        # (/registry/<group>/<plural>/<namespace>/<name>): a page starts with a bisection, so
-        # it costs its own size, not the collection's.
+        # Each resource's object keys in etcd's order (`etcd_order`): a page starts with a
+        # bisection, so it costs its own size, not the collection's.
         self._keys: dict[Key, list[Key]] = {}
         # Each stored object's JSON, encoded on its first read: kube-apiserver's watch cache
         # keeps an object's serialization beside it (cacher's cachingObject) rather than
@@ -158,7 +166,7 @@ class Store:
         return obj
 
     def list_objects(self, rtype: ResourceType, namespace: str | None) -> tuple[list[JSON], int]:
-        """Objects sorted by (namespace, name), like etcd key order, and the list RV."""
+        """Objects in etcd's key order (`etcd_order`), and the list RV."""
         with self.cond:
             bucket = self._objects.get(rtype.key, {})
             return [bucket[k] for k in self._range(rtype.key, namespace, None)], self._rv
@@ -166,10 +174,11 @@ class Store:
     def _range(self, rkey: Key, namespace: str | None, after: Key | None) -> Iterator[Key]:
         """Current keys of a resource in order: in `namespace` (None: all), after `after`."""
         keys = self._keys.get(rkey, [])
-        start = (namespace, "") if namespace is not None else ("", "")
-        if after is not None and after > start:
-            start = after
-        index = bisect.bisect_right(keys, start) if after is not None else bisect.bisect_left(keys, start)
+        start = f"{namespace}/" if namespace is not None else ""  # no key: every name is non-empty
+        if after is not None and etcd_order(after) > start:
+            start = etcd_order(after)
+        bisect_from = bisect.bisect_right if after is not None else bisect.bisect_left
+        index = bisect_from(keys, start, key=etcd_order)
         for position in range(index, len(keys)):
             key = keys[position]
             if namespace is not None and key[0] != namespace:
@@ -197,14 +206,17 @@ class Store:
             bucket = self._objects.get(rtype.key, {})
             then = self._versions_at(rtype.key, at) if at < self._rv else {}
             older = sorted(
-                k
-                for k, obj in then.items()
-                if obj is not None
-                and (namespace is None or k[0] == namespace)
-                and (after is None or k > after)
+                (
+                    k
+                    for k, obj in then.items()
+                    if obj is not None
+                    and (namespace is None or k[0] == namespace)
+                    and (after is None or etcd_order(k) > etcd_order(after))
+                ),
+                key=etcd_order,
             )
             current = (k for k in self._range(rtype.key, namespace, after) if k not in then)
-            keys = heapq.merge(current, older)
+            keys = heapq.merge(current, older, key=etcd_order)
             items: list[JSON] = []
             last: Key | None = None
             for key in keys:
@@ -233,10 +245,13 @@ class Store:
         """Keys after `last` (in `namespace`) as they were when `then` was taken: the current
         ones counted by bisection, corrected for what changed since."""
         keys, bucket = self._keys.get(rkey, []), self._objects.get(rkey, {})
-        end = bisect.bisect_left(keys, (namespace + "\x00", "")) if namespace is not None else len(keys)
-        count = end - bisect.bisect_right(keys, last)
+        # "<namespace>0" follows every "<namespace>/<name>" ('0' is '/' + 1) and nothing else's
+        end = (
+            bisect.bisect_left(keys, f"{namespace}0", key=etcd_order) if namespace is not None else len(keys)
+        )
+        count = end - bisect.bisect_right(keys, etcd_order(last), key=etcd_order)
         for key, obj in then.items():
-            if key <= last or (namespace is not None and key[0] != namespace):
+            if etcd_order(key) <= etcd_order(last) or (namespace is not None and key[0] != namespace):
                 continue
             if key in bucket and obj is None:
                 count -= 1  # created after the page's revision
@@ -294,10 +309,10 @@ class Store:
         self._encoded.pop((key, obj_key), None)
         if event_type == "DELETED":
             if bucket.pop(obj_key, None) is not None:
-                del keys[bisect.bisect_left(keys, obj_key)]
+                del keys[bisect.bisect_left(keys, etcd_order(obj_key), key=etcd_order)]
         else:
             if obj_key not in bucket:
-                bisect.insort(keys, obj_key)
+                bisect.insort(keys, obj_key, key=etcd_order)
             bucket[obj_key] = obj
         self._history.append(WatchEvent(self._rv, key, event_type, obj, prev))
         self.cond.notify_all()
