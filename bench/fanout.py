@@ -7,9 +7,11 @@ engine's "already loaded" answer tells the same. The function runs in its own
 functions-framework process, as in a cluster (in this process it would share one GIL with the
 50 engine stand-ins and the API server); its first event (imports, clients) is not measured.
 Ideal: ceil(50 / concurrency) x 100 ms. Also measured once: the same 50 loads made pod after
-pod, directly against the engines (the speed-up the fan-out buys); a load made directly takes
-more than the latency (the engine reads the adapter's files through the filer, as vLLM does),
-so the waves at that measured time are reported beside the ideal, which stays the target.
+pod, directly against the engines (the speed-up the fan-out buys). The latency is an engine
+load's whole time, the adapter's files read through the filer included (as a vLLM load's time
+is mostly that read; devstack/standins/engines/base.py `load_window`): a stand-in's load answers
+when it is up, unless its own work takes longer (50 stand-ins share one interpreter), so the
+waves at the direct load's measured time are reported beside the ideal, which stays the target.
 And, event by event between the function's: the same 50 loads fanned out `concurrency` at a
 time by a bare client (threads on keep-alive http.client connections, no loraflow code) in a
 process of its own: what these stand-ins, on these 2 shared cores, take for the waves alone.

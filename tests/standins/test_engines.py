@@ -449,6 +449,31 @@ def test_concurrent_loads_overlap(fleet: EngineFleet, tmp_path: Path, engine: st
         fleet.remove(f"conc-{engine}")
 
 
+@pytest.mark.parametrize("engine", ["vllm", "sglang"])
+def test_the_load_latency_is_the_loads_whole_time_its_reads_included(
+    vllm: VllmReplica, sglang: SglangReplica, client: httpx.Client, engine: str
+) -> None:
+    """A load answers once `load_latency_s` is up, its file reads counted in it (a real engine's
+    load time is mostly reading the weights): reads of 0.6 s under a latency of 1 s answer after
+    ~1 s, not 1.6 s; a load whose files are missing answers after the latency too."""
+    replica: VllmReplica | SglangReplica = vllm if engine == "vllm" else sglang
+    replica.configure(load_latency_s=1.0)
+    read = replica.read_adapter
+
+    def slow_read(path: str) -> Any:
+        time.sleep(0.6)
+        return read(path)
+
+    replica.read_adapter = slow_read  # type: ignore[method-assign]
+    load = vload if isinstance(replica, VllmReplica) else sload
+    for name, path, ok in (("a", path_of("a"), True), ("b", "/nowhere/b", False)):
+        started = time.monotonic()
+        answer = load(client, replica, name, path)  # type: ignore[arg-type]
+        elapsed = time.monotonic() - started
+        assert (answer.status_code == 200) == ok, answer.text
+        assert 1.0 <= elapsed < 1.45, elapsed
+
+
 def test_same_name_serialised(vllm: VllmReplica) -> None:
     vllm.configure(load_latency_s=0.1)
     with httpx.Client(timeout=5) as c, ThreadPoolExecutor(3) as pool:

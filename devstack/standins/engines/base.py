@@ -747,13 +747,20 @@ class EngineReplica:
     def generation(self) -> int:
         return self._generation
 
-    def simulate_load_latency(self, name: str) -> tuple[int, float]:
-        """Sleep ``load_latency_s`` (returns generation seen before and start time)."""
-        gen = self._generation
-        start = time.monotonic()
-        if self.load_latency_s > 0:
-            time.sleep(self.load_latency_s)
-        return gen, start
+    @contextlib.contextmanager
+    def load_window(self) -> Iterator[tuple[int, float]]:
+        """A load's time: yields the generation seen before it and its start; on leaving, sleeps
+        what is left of ``load_latency_s``. The configured latency is the load's whole time, the
+        adapter's files read through the mount included (a real engine's load time is mostly
+        that read), so 10 loads at once answer after the latency, not after it plus the time
+        their reads waited for this process's other replicas (they share one interpreter)."""
+        gen, start = self._generation, time.monotonic()
+        try:
+            yield gen, start
+        finally:
+            left = self.load_latency_s - (time.monotonic() - start)
+            if left > 0:
+                time.sleep(left)
 
     def record_load(self, name: str, start: float, ok: bool) -> None:
         self.load_log.append(LoadInterval(name, start, time.monotonic(), ok))

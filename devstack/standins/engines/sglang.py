@@ -244,27 +244,28 @@ class SglangReplica(EngineReplica):
                     "adapters and base models. Please increase your `--max-loras-per-batch` or "
                     "load it as unpinned LoRA adapters.",
                 )
-            gen, start = self.simulate_load_latency(name)
-            try:
-                checked = _check(self.read_adapter(path), self.max_lora_rank)
-            except AdapterNotFound:
+            with self.load_window() as (gen, start):
+                failure: Answer | None = None
+                try:
+                    checked = _check(self.read_adapter(path), self.max_lora_rank)
+                except AdapterNotFound:
+                    failure = self.result(
+                        False,
+                        f"Failed to load LoRA adapter {name}: Can't find 'adapter_config.json' at '{path}'",
+                    )
+                except AdapterRankTooHigh as exc:
+                    failure = self.result(
+                        False,
+                        f"LoRA adapter {name} with rank {exc.rank} is incompatible with the current "
+                        "LoRA memory pool configuration. Please ensure that the LoRA adapter's rank "
+                        "is within the configured `--max-lora-rank` and that the target modules are "
+                        "included in `--lora-target-modules`.",
+                    )
+                except AdapterInvalid as exc:
+                    failure = self.result(False, f"Failed to load LoRA adapter {name}: {exc}")
+            if failure is not None:  # answered once the load's time is up, as a success is
                 self.record_load(name, start, False)
-                return self.result(
-                    False,
-                    f"Failed to load LoRA adapter {name}: Can't find 'adapter_config.json' at '{path}'",
-                )
-            except AdapterRankTooHigh as exc:
-                self.record_load(name, start, False)
-                return self.result(
-                    False,
-                    f"LoRA adapter {name} with rank {exc.rank} is incompatible with the current "
-                    "LoRA memory pool configuration. Please ensure that the LoRA adapter's rank "
-                    "is within the configured `--max-lora-rank` and that the target modules are "
-                    "included in `--lora-target-modules`.",
-                )
-            except AdapterInvalid as exc:
-                self.record_load(name, start, False)
-                return self.result(False, f"Failed to load LoRA adapter {name}: {exc}")
+                return failure
             with self._lock:
                 lost = self._generation != gen
                 if not lost:

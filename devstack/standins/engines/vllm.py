@@ -237,26 +237,27 @@ class VllmReplica(EngineReplica):
                 exists = name in self._adapters
             if exists and not inplace:
                 return self.error(400, self._already_loaded(name), "InvalidUserInput")
-            gen, start = self.simulate_load_latency(name)
-            try:
-                checked = check_adapter_dir(self.read_adapter(path), self.max_lora_rank)
-            except AdapterNotFound:
-                # vllm/lora/worker_manager.py: LoRAAdapterNotFoundError -> 404 NotFoundError
+            with self.load_window() as (gen, start):
+                failure: Answer | None = None
+                try:
+                    checked = check_adapter_dir(self.read_adapter(path), self.max_lora_rank)
+                except AdapterNotFound:
+                    # vllm/lora/worker_manager.py: LoRAAdapterNotFoundError -> 404 NotFoundError
+                    failure = self.error(
+                        404, f"Loading lora {name} failed: No adapter found for {path}", "NotFoundError"
+                    )
+                except AdapterRankTooHigh as exc:
+                    # vllm/lora/peft_helper.py PEFTHelper.validate_legacy
+                    failure = self.error(
+                        400,
+                        f"LoRA rank {exc.rank} is greater than max_lora_rank {exc.max_rank}.",
+                        "BadRequestError",
+                    )
+                except AdapterInvalid as exc:
+                    failure = self.error(self.invalid_adapter_status, f"Loading lora {name} failed: {exc}")
+            if failure is not None:  # answered once the load's time is up, as a success is
                 self.record_load(name, start, False)
-                return self.error(
-                    404, f"Loading lora {name} failed: No adapter found for {path}", "NotFoundError"
-                )
-            except AdapterRankTooHigh as exc:
-                # vllm/lora/peft_helper.py PEFTHelper.validate_legacy
-                self.record_load(name, start, False)
-                return self.error(
-                    400,
-                    f"LoRA rank {exc.rank} is greater than max_lora_rank {exc.max_rank}.",
-                    "BadRequestError",
-                )
-            except AdapterInvalid as exc:
-                self.record_load(name, start, False)
-                return self.error(self.invalid_adapter_status, f"Loading lora {name} failed: {exc}")
+                return failure
             with self._lock:
                 if self._generation != gen:  # engine restarted while loading
                     lost = True
