@@ -13,7 +13,7 @@ import httpx
 import pytest
 
 from devstack.standins.engines import EngineFleet, SglangReplica, VllmReplica, reserved_addresses
-from devstack.standins.engines.base import LoadedAdapter
+from devstack.standins.engines.base import AdapterFiles, LoadedAdapter
 
 MODEL = "llama3-8b-base"
 
@@ -460,7 +460,7 @@ def test_the_load_latency_is_the_loads_whole_time_its_reads_included(
     replica.configure(load_latency_s=1.0)
     read = replica.read_adapter
 
-    def slow_read(path: str) -> Any:
+    def slow_read(path: str) -> AdapterFiles | None:
         time.sleep(0.6)
         return read(path)
 
