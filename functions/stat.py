@@ -211,10 +211,15 @@ def _one(deps: Deps, namespace: str, name: str, model: str | None, nudged: bool 
     budget = STATUS_BYTES
 
     def desired(current: Obj) -> Obj | None:
+        nonlocal listing
         # the first attempt is the object read above: validated once (a tenth of the event's CPU)
         fresh = adapter if current is obj else stored(LoRAAdapter, current)
         if facts.deleting(current) or listing_dir(fresh) != directory:
             return None  # moved under us: the next nudge lists the right place
+        if current is not obj:
+            # re-read after a 409: the write that beat ours may record a listing newer than
+            # ours (another stat's), and an older observation must never overwrite a newer one
+            listing = deps.storage.stat_dir(directory)
         return decide(fresh, listing, now, deps.settings.status_max_files, budget).to_wire()
 
     try:

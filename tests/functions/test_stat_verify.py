@@ -234,6 +234,37 @@ def test_conflicting_writer_loses_no_field(world: Testbed) -> None:
     assert status_of(world, ns) == {**expected_status(directory), "usedBy": ["deployment-1"]}
 
 
+def test_a_stat_whose_write_lost_a_race_lists_storage_again(world: Testbed) -> None:
+    """Two stats of one adapter: the first lists the directory (the config alone), and its status
+    write is held up; the weights arrive, and a second stat records both files (verify: Ready).
+    The first write then conflicts (409): it must list again, never write its older listing
+    over the newer one (that took Ready back, and verify then waited for files that are there:
+    the stack test of a chunked file caught it, one run in ~12)."""
+    flow = Flow(world)
+    ns, directory = setup_adapter(world, flow)
+    world.upload(directory + CONFIG_NAME, CONFIG)
+    conflicts = KUBE_CONFLICTS.labels("loraadapters").value
+    fault = world.kube.inject(None, times=1, verb="patch", resource="loraadapters/status", delay_s=0.5)
+    result: dict[str, Any] = {}
+
+    def first() -> None:
+        result["replies"] = flow.send("stat", changed(world, directory + CONFIG_NAME))
+
+    worker = threading.Thread(target=first)
+    worker.start()
+    deadline = time.monotonic() + 5
+    while fault.hits < 1 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    world.upload(directory + WEIGHTS_NAME, WEIGHTS)
+    second = flow.send("stat", changed(world, directory + WEIGHTS_NAME))
+    assert ADAPTER_READY in [r["type"] for r in second]
+    worker.join(10)
+    world.kube.clear_faults()
+    assert KUBE_CONFLICTS.labels("loraadapters").value > conflicts
+    assert status_of(world, ns) == expected_status(directory)
+    assert ready_condition(world, ns)["status"] == "True"
+
+
 def test_injected_conflicts_are_retried(world: Testbed) -> None:
     flow = Flow(world)
     ns, directory = setup_adapter(world, flow)
