@@ -5,9 +5,11 @@ from __future__ import annotations
 import random
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 import pytest
+from cloudevents.http import CloudEvent
 
 from events.domain import (
     ADAPTER_ADMITTED,
@@ -201,36 +203,49 @@ def test_storage_unavailable_is_retryable_and_writes_nothing(world: Testbed) -> 
     assert status_of(world, ns) == expected_status(directory)
 
 
+def stat_held_up(world: Testbed, flow: Flow, path: str, meanwhile: Callable[[], None]) -> list[CloudEvent]:
+    """stat of `path`, its status write held up 0.5 s by the API stand-in while `meanwhile`
+    runs (so that the write then conflicts: 409); returns stat's replies, followed."""
+    fault = world.kube.inject(None, times=1, verb="patch", resource="loraadapters/status", delay_s=0.5)
+    result: dict[str, Any] = {}
+
+    def run() -> None:
+        result["replies"] = flow.send("stat", changed(world, path))
+
+    worker = threading.Thread(target=run)
+    worker.start()
+    try:
+        deadline = time.monotonic() + 5
+        while fault.hits < 1 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        meanwhile()
+    finally:
+        worker.join(10)
+        world.kube.clear_faults()
+    replies: list[CloudEvent] = result["replies"]
+    return replies
+
+
 def test_conflicting_writer_loses_no_field(world: Testbed) -> None:
     flow = Flow(world)
     ns, directory = setup_adapter(world, flow)
     upload_both(world, directory)
     conflicts = KUBE_CONFLICTS.labels("loraadapters").value
-    fault = world.kube.inject(None, times=1, verb="patch", resource="loraadapters/status", delay_s=0.5)
-    result: dict[str, Any] = {}
 
-    def run() -> None:
-        result["replies"] = flow.send("stat", changed(world, directory + CONFIG_NAME))
+    def load_writes_used_by() -> None:  # another function writes while stat's write is in flight
+        world.custom.patch_namespaced_custom_object_status(
+            VLLM_ADAPTER.group,
+            VLLM_ADAPTER.version,
+            ns,
+            VLLM_ADAPTER.plural,
+            "a",
+            {"status": {"usedBy": ["deployment-1"]}},
+            _content_type="application/merge-patch+json",
+        )
 
-    worker = threading.Thread(target=run)
-    worker.start()
-    deadline = time.monotonic() + 5
-    while fault.hits < 1 and time.monotonic() < deadline:
-        time.sleep(0.01)
-    # another function (load) writes usedBy while stat's write is in flight
-    world.custom.patch_namespaced_custom_object_status(
-        VLLM_ADAPTER.group,
-        VLLM_ADAPTER.version,
-        ns,
-        VLLM_ADAPTER.plural,
-        "a",
-        {"status": {"usedBy": ["deployment-1"]}},
-        _content_type="application/merge-patch+json",
-    )
-    worker.join(10)
-    world.kube.clear_faults()
+    replies = stat_held_up(world, flow, directory + CONFIG_NAME, load_writes_used_by)
     assert KUBE_CONFLICTS.labels("loraadapters").value > conflicts
-    assert ADAPTER_READY in [r["type"] for r in result["replies"]]
+    assert ADAPTER_READY in [r["type"] for r in replies]
     assert status_of(world, ns) == {**expected_status(directory), "usedBy": ["deployment-1"]}
 
 
@@ -244,22 +259,14 @@ def test_a_stat_whose_write_lost_a_race_lists_storage_again(world: Testbed) -> N
     ns, directory = setup_adapter(world, flow)
     world.upload(directory + CONFIG_NAME, CONFIG)
     conflicts = KUBE_CONFLICTS.labels("loraadapters").value
-    fault = world.kube.inject(None, times=1, verb="patch", resource="loraadapters/status", delay_s=0.5)
-    result: dict[str, Any] = {}
+    second: list[CloudEvent] = []
 
-    def first() -> None:
-        result["replies"] = flow.send("stat", changed(world, directory + CONFIG_NAME))
+    def the_weights_arrive_and_are_stated() -> None:
+        world.upload(directory + WEIGHTS_NAME, WEIGHTS)
+        second.extend(flow.send("stat", changed(world, directory + WEIGHTS_NAME)))
 
-    worker = threading.Thread(target=first)
-    worker.start()
-    deadline = time.monotonic() + 5
-    while fault.hits < 1 and time.monotonic() < deadline:
-        time.sleep(0.01)
-    world.upload(directory + WEIGHTS_NAME, WEIGHTS)
-    second = flow.send("stat", changed(world, directory + WEIGHTS_NAME))
+    stat_held_up(world, flow, directory + CONFIG_NAME, the_weights_arrive_and_are_stated)
     assert ADAPTER_READY in [r["type"] for r in second]
-    worker.join(10)
-    world.kube.clear_faults()
     assert KUBE_CONFLICTS.labels("loraadapters").value > conflicts
     assert status_of(world, ns) == expected_status(directory)
     assert ready_condition(world, ns)["status"] == "True"
