@@ -49,5 +49,6 @@ USER 10001:10001
 EXPOSE 8080
 
 # FUNCTION_TARGET (admit, stat, verify, load, reload, unload, resync, ingest, dead_letters) comes
-# from each Knative Service's environment; functions-framework reads it and PORT.
-CMD ["functions-framework", "--source", "main.py", "--signature-type", "http"]
+# from each Knative Service's environment, PORT from Knative: the server reads both and serves
+# functions-framework's app for that target (functions/edge/server.py says why not its CLI).
+CMD ["python", "-m", "functions.edge.server"]

@@ -25,7 +25,7 @@ def __getattr__(name: str) -> Any:
         finally:
             # What is loaded now lives as long as the process: out of the collector's sight, later
             # collections do not walk it (~20 ms on the first event, whose clients import more),
-            # and gunicorn's forked worker shares its pages (the gc.freeze documentation's advice).
+            # and the server's forked worker shares its pages (the gc.freeze documentation's advice).
             gc.freeze()
             gc.enable()
         globals()[name] = function

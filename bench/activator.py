@@ -104,7 +104,7 @@ class Revision:
         return self._logs[-1]
 
     def memory_mib(self) -> float:
-        """Memory of the running pod's processes (gunicorn's arbiter and worker), MiB, as their
+        """Memory of the running pod's processes (the server's parent and worker), MiB, as their
         proportional set sizes (pages the fork shares counted once); 0 when scaled to zero."""
         process = self._process
         if process is None:

@@ -107,8 +107,8 @@ def _cold(http: httpx.Client, python: str, target: str, source: Any, event: Clou
     try:
         elapsed = timed(start_and_answer)
     finally:
-        # Stopping is not part of a cold start: gunicorn's graceful shutdown took ~2.3 s and its
-        # quick one (SIGINT) ~0.4 s, time better spent on more rounds. Nothing is left to flush.
+        # Stopping is not part of a cold start, and a graceful one would wait for the server's
+        # shutdown: time better spent on more rounds. Nothing is left to flush.
         for process in processes:
             w.kill_tree(process)
     return elapsed, statuses[0]

@@ -1,6 +1,6 @@
 """CPU seconds of the embedded stack's processes, from /proc (which a shared machine's load
 bends less than the clock): this process (the stand-ins, the broker, the measuring) and each
-supervised one (the functions; a function's gunicorn worker is its child)."""
+supervised one (the functions; a function's server worker is its child)."""
 
 from __future__ import annotations
 

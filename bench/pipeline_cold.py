@@ -69,7 +69,7 @@ def run(smoke: bool) -> Result:
         for i, name in enumerate(names[1:]):
             mode = "cold" if i % 2 == 0 else "warm"
             runs[mode].append(_one(stack, probe, name, cold=mode == "cold"))
-        # what a pod kept warm holds: the function's processes (gunicorn's arbiter and worker)
+        # what a pod kept warm holds: the function's processes (the server's parent and worker)
         # after serving the runs above
         memory = {n: round(stack.activated.revisions[n].memory_mib(), 1) for n in COLD}
     cold = median_of([r["served_s"] for r in runs["cold"]]) * 1000

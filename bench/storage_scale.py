@@ -9,7 +9,7 @@ that each stat finds an empty status to fill. The status records LORAFLOW_STATUS
 a real API server refuses (etcd's 1.5 MiB request limit).
 
 Counted: the wall clock from posting `adapter.admitted` to stat until verify answered its
-reply. stat and verify each run in their own functions-framework process (gunicorn, as each
+reply. stat and verify each run in their own process (functions/edge/server.py, as each
 Knative Service's pod runs them), so they share no interpreter with the Kubernetes stand-in,
 this process or each other; their first event (imports, clients) is a warm-up on a small
 adapter, not measured. The Kubernetes API stand-in answers their requests in this process:
@@ -81,7 +81,7 @@ def served(name: str) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
     try:
         yield f"http://127.0.0.1:{port}/", process
     finally:
-        process.send_signal(signal.SIGINT)  # gunicorn quick shutdown
+        process.send_signal(signal.SIGINT)  # stops as on SIGTERM
         try:
             process.wait(10)
         except subprocess.TimeoutExpired:  # a loaded machine: the arbiter and its worker

@@ -5,7 +5,7 @@ each uploaded, verified and loaded through the real chain first. Then, per step 
 load), a burst of N `io.loraflow.adapter.drifted.v1` nudges (extension loraflowstep=<step>,
 round robin over the adapters) is published into the broker, which routes them by the
 knative/ Triggers to that step's one functions-framework instance (its own process, as the
-container runs it: gunicorn, one worker of 4 threads per CPU; the broker delivers with
+container runs it: functions/edge/server.py, one worker of 4 threads per CPU; the broker delivers with
 up to 32 workers). Every nudge makes the function do its whole job:
 stat re-reads the adapter and lists its directory (no change: 204), load re-reads the
 adapter, lists deployments and pods and asks each engine for its listing (all present: 204,

@@ -15,8 +15,8 @@ counters (retries, dead letters, failures) and every delivery's status.
 
 Reference, in the same run (broker deliveries dropped meanwhile, so no function competes): the
 minimal HTTP sequence the chain needs for the same N adapters, made directly with keep-alive
-clients, WIDTH adapters at a time (a function process serves 8 requests at once: gunicorn,
-one worker, 4 threads per CPU), each adapter's R loads at LORAFLOW_LOAD_CONCURRENCY: adapter
+clients, WIDTH adapters at a time (a function process serves 8 requests at once: one
+worker, 4 threads per CPU), each adapter's R loads at LORAFLOW_LOAD_CONCURRENCY: adapter
 GET, filer listing, status PATCH (stat); adapter GET, status PATCH (verify); adapter GET,
 deployments list, config GET, pods list, R loads, status PATCH (load); as in
 bench/upload_latency.py. The sequences are independent of each other, so REFERENCE_SAMPLE of

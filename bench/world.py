@@ -228,7 +228,7 @@ def function_process(name: str) -> Iterator[str]:
             eventually(lambda: answers(http), 60, what=f"{name} answers /healthz", interval=0.01)
         yield url
     finally:
-        process.send_signal(signal.SIGINT)  # gunicorn quick shutdown
+        process.send_signal(signal.SIGINT)  # the server stops as on SIGTERM
         process.wait(10)
 
 
@@ -290,7 +290,7 @@ def adopt_orphans() -> None:
 
 
 def kill_tree(process: Any) -> None:
-    """SIGKILL a spawned process and its descendants (gunicorn's workers), and reap them all
+    """SIGKILL a spawned process and its descendants (the server's worker), and reap them all
     (the workers are ours to reap after `adopt_orphans`). The arbiter goes first, so that it
     cannot fork a new worker for one that died."""
     found = descendants(process.pid)
@@ -307,9 +307,8 @@ def kill_tree(process: Any) -> None:
 def peak_rss_mib(pid: int) -> float:
     """Largest VmHWM (peak resident set), MiB, of a live process and its descendants.
 
-    `python -m functions_framework` serves through gunicorn when it is installed: the process
-    we spawned is the arbiter and the requests are handled by a forked worker, whose peak is
-    the one that matters (the arbiter's alone stays at its start-up size)."""
+    The function's server (functions/edge/server.py) handles requests in a forked worker, whose
+    peak is the one that matters (the parent's alone stays at its start-up size)."""
     peaks = [_hwm_mib(p) for p in [pid, *descendants(pid)]]
     finite = [p for p in peaks if p == p]
     return max(finite) if finite else float("nan")

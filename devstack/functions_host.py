@@ -4,7 +4,7 @@
 ephemeral port), built by `functions_framework.create_app` from `main.py` exactly as
 `functions-framework --target` builds it in the container, so requests go through the same
 Flask app as in production. `ProcessFunctionHost`: each function in its own
-`functions-framework` process (gunicorn, as the container runs it), so the functions share no
+process served as the container serves it (functions/edge/server.py), so the functions share no
 interpreter with each other or the stand-ins, as each Knative Service's pods in a cluster.
 """
 
@@ -111,7 +111,7 @@ class ProcessFunctionHost:
             for name in self.names:
                 self.supervisor.remove(f"function/{name}")
         for process in self._processes:
-            process.send_signal(signal.SIGINT)  # gunicorn: quick shutdown (SIGTERM is graceful)
+            process.send_signal(signal.SIGINT)  # stops as SIGTERM does, the requests in flight finished
         for process in self._processes:
             try:
                 process.wait(10)
@@ -133,10 +133,11 @@ def launch(
     env: dict[str, str] | None = None,
     out: IO[bytes] | int = subprocess.DEVNULL,
 ) -> subprocess.Popen[bytes]:
-    """`functions-framework --target <target>` in its own process, as the container runs it
-    (run by `python`, default this interpreter; this process's environment, else `env`)."""
-    command = [python or sys.executable, "-m", "functions_framework", "--target", target]
-    command += ["--source", str(source), "--signature-type", "http", "--host", host, "--port", str(port)]
+    """`<target>`'s functions-framework app from `source` in its own process, served as the
+    container serves it (functions/edge/server.py; run by `python`, default this interpreter;
+    this process's environment, else `env`)."""
+    command = [python or sys.executable, "-m", "functions.edge.server", "--target", target]
+    command += ["--source", str(source), "--host", host, "--port", str(port)]
     return subprocess.Popen(command, cwd=ROOT, env=process_environment(env), stdout=out, stderr=out)
 
 

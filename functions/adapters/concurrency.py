@@ -28,7 +28,7 @@ R = TypeVar("R")
 Task = Callable[[], None]
 
 POOL_THREADS = 256
-"""Above what the steps ask for at once (gunicorn's threads, 4 per CPU, x 2 pools of
+"""Above what the steps ask for at once (the server's request threads, 4 per CPU, x 2 pools of
 LORAFLOW_LOAD_CONCURRENCY each); threads start only when none is idle, so this is a ceiling,
 not a cost."""
 

@@ -52,7 +52,7 @@ class Deps:
         self._lock = threading.RLock()  # a port may be built from another (configs from storage)
 
     def _once(self, attribute: str, build: Callable[[], T]) -> T:
-        # gunicorn serves a step with threads: two first events must not build two clients
+        # the server runs a step's requests on threads: two first events must not build two clients
         with self._lock:
             value: T | None = getattr(self, attribute)
             if value is None:

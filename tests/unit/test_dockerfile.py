@@ -91,7 +91,7 @@ def test_runs_as_a_non_root_user_created_with_that_uid() -> None:
 
 def test_function_target_is_left_to_each_service() -> None:
     (cmd,) = of("CMD")
-    assert cmd == '["functions-framework", "--source", "main.py", "--signature-type", "http"]'
+    assert cmd == '["python", "-m", "functions.edge.server"]'
     assert not any("FUNCTION_TARGET" in rest for rest in of("ENV"))
 
 
