@@ -183,3 +183,16 @@ def test_run_tasks_runs_a_lone_task_on_the_callers_thread_and_raises_failures_la
         run_tasks([lambda i=i: failing(i) for i in range(4)], 2)
     assert sorted(ran) == [0, 1, 2, 3]
     run_tasks([], 4)  # nothing planned: nothing runs, nothing raised
+
+
+def test_a_plan_that_fails_is_raised_once_the_calls_it_made_have_run() -> None:
+    ran: list[int] = []
+
+    def plan() -> Iterator[Callable[[], None]]:
+        for n in range(3):
+            yield lambda n=n: (time.sleep(0.01), ran.append(n))[0]
+        raise ValueError("planning failed")
+
+    with pytest.raises(ValueError, match="planning failed"):
+        run_tasks(plan(), 2)
+    assert sorted(ran) == [0, 1, 2]
