@@ -14,6 +14,7 @@ from pydantic import BaseModel, ValidationError
 
 from events.schema_urls import schema_url
 from functions import tracing
+from functions.edge import binary_mode
 from functions.edge.bootstrap import deps
 from functions.errors import BodyTooLarge, Reject, problems
 
@@ -46,7 +47,7 @@ def parse(request: flask.Request) -> CloudEvent:
     """A CloudEvent from a binary- or structured-mode request, or Reject naming the problem."""
     body = body_of(request)
     try:
-        event = from_http(dict(request.headers), body)
+        event = binary_mode.read(request.headers.items(), body) or from_http(dict(request.headers), body)
     except (GenericException, ValueError, TypeError, AttributeError, RecursionError) as err:
         # RecursionError: JSON nested deeper than the decoder's limit (`[[[[...`) is garbage too.
         raise Reject(f"not a valid CloudEvent: {err}") from err

@@ -27,10 +27,10 @@ from typing import Any
 
 import flask
 import functions_framework
-from cloudevents.conversion import to_binary
 from cloudevents.http import CloudEvent
 
 from functions import observability
+from functions.edge import binary_mode
 from functions.edge.bootstrap import Deps, deps
 from functions.edge.messages import Reply, parse
 from functions.errors import BodyTooLarge, Refused, Reject, Retryable, Unauthorized
@@ -127,7 +127,7 @@ def _looks_like_cloudevent(request: flask.Request) -> bool:
 def _answer(result: Reply) -> tuple[flask.Response, str]:
     if result is None:
         return flask.Response(status=204), "done"
-    headers, body = to_binary(result)
+    headers, body = binary_mode.write(result)
     return flask.Response(body, 200, headers=headers), "replied"
 
 
