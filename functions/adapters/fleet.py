@@ -24,7 +24,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from functools import partial
 from typing import Any, NamedTuple
 
-from functions.adapters.concurrency import Task, bounded_map, pipeline, run_tasks
+from functions.adapters.concurrency import Task, bounded_map, pipeline, run_tasks, side_by_side
 from functions.edge.bootstrap import Deps
 from functions.logic import adapter_config, facts, reasons, serving
 from functions.logic.loaded import FAILING, describe_failures, sglang_status, vllm_status
@@ -143,7 +143,7 @@ def observe(deps: Deps, request: Request) -> Observed:
         + [partial(_listed, kube, MODEL_DEPLOYMENT, ns) for ns in sorted(vllm_namespaces)]
         + [partial(_listed, kube, VLLM_ADAPTER, ns) for ns in adapter_namespaces]
     )
-    answers = iter(_side_by_side(first, width))
+    answers = iter(side_by_side(first, width))
     for key in adapter_keys:
         if (obj := next(answers)) is not None:
             objects[key] = obj
@@ -167,7 +167,7 @@ def observe(deps: Deps, request: Request) -> Observed:
         second = [
             partial(kube.get, INFERENCE_SERVICE, s.namespace, s.name) if s.name else _nothing for s in unread
         ] + [partial(_listed, kube, SGLANG_ADAPTER, None)]
-        *read, claimants = _side_by_side(second, width)
+        *read, claimants = side_by_side(second, width)
         for service, obj in zip(unread, read, strict=True):
             keep_target(service, obj)
         for obj in claimants:
@@ -215,11 +215,6 @@ def _listed(kube: Any, kind: Kind, namespace: str | None, selector: str | None =
 
 def _nothing() -> None:
     return None
-
-
-def _side_by_side(reads: Sequence[Callable[[], Any]], width: int) -> list[Any]:
-    """Each read's answer, in order, the reads made at most `width` at a time."""
-    return [answer for _, answer in bounded_map(reads, lambda read: read(), width)]
 
 
 def _target(obj: Obj, default_rank: int) -> Target:
@@ -318,7 +313,7 @@ def _pods_and_configs(
     reads = [
         partial(_listed, deps.kube, POD, key.namespace, f"{LABELS[key.kind]}={key.name}") for key in watched
     ] + [partial(_config, deps, objects[key]) for key in config_keys]
-    answers = _side_by_side(reads, deps.settings.load_concurrency)
+    answers = side_by_side(reads, deps.settings.load_concurrency)
     found: dict[tuple[TargetKey, str], Endpoint] = {}
     denied = never_called(deps)
     for key, listed in zip(watched, answers[: len(watched)], strict=True):

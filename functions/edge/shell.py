@@ -30,6 +30,7 @@ import functions_framework
 from cloudevents.http import CloudEvent
 
 from functions import observability
+from functions.adapters import concurrency
 from functions.edge import binary_mode
 from functions.edge.bootstrap import Deps, deps
 from functions.edge.messages import Reply, parse
@@ -72,7 +73,7 @@ def function(
                 if event["type"] not in accepts:
                     raise Reject(f"{name} does not handle events of type {event['type']!r}")
                 observability.observe_age(name, event["type"], event.get("time"), time.time())
-                with observability.step_span(name, event):
+                with observability.step_span(name, event), concurrency.serving():
                     result = handle(event, deps(name))
             response, outcome = _answer(result)
         except BodyTooLarge as err:

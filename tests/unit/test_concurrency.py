@@ -9,7 +9,7 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
-from functions.adapters.concurrency import bounded_map, pipeline, run_tasks
+from functions.adapters.concurrency import bounded_map, pipeline, run_tasks, serving, side_by_side
 
 
 class InFlight:
@@ -196,3 +196,28 @@ def test_a_plan_that_fails_is_raised_once_the_calls_it_made_have_run() -> None:
     with pytest.raises(ValueError, match="planning failed"):
         run_tasks(plan(), 2)
     assert sorted(ran) == [0, 1, 2]
+
+
+def test_reads_go_side_by_side_only_while_their_request_is_the_only_one() -> None:
+    def where() -> str:
+        time.sleep(0.002)
+        return threading.current_thread().name
+
+    me = threading.current_thread().name
+    with serving():
+        alone = side_by_side([where, where, where], 3)
+        other_started, other_done = threading.Event(), threading.Event()
+
+        def other_request() -> None:
+            with serving():
+                other_started.set()
+                other_done.wait(10)
+
+        other = threading.Thread(target=other_request)
+        other.start()
+        assert other_started.wait(10)
+        busy = side_by_side([where, where, where], 3)
+        other_done.set()
+        other.join(10)
+    assert alone[-1] == me and {alone[0], alone[1]} & {me} == set()  # two on the pool, one here
+    assert busy == [me, me, me]  # another request in flight: inline, in order
