@@ -1,7 +1,8 @@
 """The container's server (functions/edge/server.py, the Dockerfile's CMD) in its own process,
 over real HTTP: configured from the environment as a Knative Service configures it, serving the
-functions-framework app's answers, refusing a body too large before reading it, serving eight
-requests at once, and finishing the request in flight when Knative stops the pod (SIGTERM)."""
+functions-framework app's answers, refusing a body too large before reading it and a header
+block too large before any Python sees it, serving eight requests at once, and finishing the
+request in flight when Knative stops the pod (SIGTERM)."""
 
 from __future__ import annotations
 
@@ -90,6 +91,22 @@ def test_a_body_too_large_is_refused_before_it_is_read() -> None:
         assert b"exceeds" in answer
         assert httpx.get(url + "healthz").status_code == 200
         assert rss_kib(process.pid) - before < 32 * 1024
+
+
+def test_a_header_block_too_large_is_refused_and_the_server_goes_on() -> None:
+    """A megabyte of request line or header: 431 before any Python sees it (functions-framework
+    ran gunicorn with no request-line limit at all)."""
+    port = free_port()
+    process = launch("stat", ROOT / "main.py", port)
+    with serving(process, port) as url:
+        for head in (
+            b"POST / HTTP/1.1\r\nHost: x\r\nX-Big: " + b"a" * (1 << 20) + b"\r\n\r\n",
+            b"GET /" + b"a" * (1 << 20) + b" HTTP/1.1\r\nHost: x\r\n\r\n",
+        ):
+            with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
+                sock.sendall(head)
+                assert sock.recv(4096).startswith(b"HTTP/1.1 431 ")
+        assert httpx.get(url + "healthz").text == "ok\n"
 
 
 def test_eight_requests_are_in_the_app_at_once() -> None:
