@@ -40,6 +40,8 @@ from urllib.parse import urlsplit
 
 import httpx
 
+from functions.adapters import http1
+
 STALE = (ConnectionError, http.client.RemoteDisconnected, http.client.BadStatusLine, ssl.SSLEOFError)
 """What a kept connection the server closed raises on its next use (before any answer)."""
 
@@ -201,6 +203,10 @@ class KeepAlive:
             raise ValueError(f"not an http(s) server address: {base_url[:100]!r}")
         self._host = parts.hostname
         self._port = parts.port or (443 if parts.scheme == "https" else 80)
+        host = f"[{self._host}]" if ":" in self._host else self._host
+        # the Host header as http.client writes it (its default port is 80 for TLS too)
+        default = self._port == http.client.HTTPConnection.default_port
+        self._authority = host if default else f"{host}:{self._port}"
         self._prefix = parts.path.rstrip("/")
         self._context = context if parts.scheme == "https" else None
         self._server_name = server_name
@@ -311,12 +317,15 @@ class KeepAlive:
         timeout: float | None,
     ) -> Answer:
         connection.bound(timeout)
-        connection.request(method, self._prefix + target or "/", body=body, headers=dict(headers))
-        response = connection.getresponse()
-        content = response.read()
-        if response.will_close:
+        if connection.sock is None:
+            connection.connect()
+        wire = http1.request_bytes(method, self._prefix + target or "/", self._authority, headers, body)
+        connection.sock.sendall(wire)
+        with connection.sock.makefile("rb") as answer:
+            head, content = http1.read_answer(answer, method)
+        if head.will_close:
             connection.close()
-        return Answer(response.status, content, _headers(response.msg))
+        return Answer(head.status, content, head.headers)
 
     def _take(self) -> tuple[_Connection, bool]:
         while True:
@@ -352,14 +361,6 @@ def may_send_again(method: str, written: int, err: Exception) -> bool:
     if written == 0:
         return True  # not one byte of it left this process: the server cannot have seen it
     return method == "GET" and isinstance(err, STALE)  # closed before any answer; GET is idempotent
-
-
-def _headers(message: http.client.HTTPMessage) -> dict[str, str]:
-    found: dict[str, str] = {}
-    for name, value in message.items():
-        key = name.lower()
-        found[key] = f"{found[key]}, {value}" if key in found else value
-    return found
 
 
 def _readable(sock: socket.socket) -> bool:

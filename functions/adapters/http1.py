@@ -1,0 +1,181 @@
+"""One HTTP/1.1 request written and its answer read, as http.client does, without its layers.
+
+`KeepAlive.request` (functions/adapters/keepalive.py) is every step's API round trip and the
+embedded stack's broker deliveries. http.client builds a request header by header (a check
+per name and value), and reads the answer's headers through the email package's parser:
+~35 us of CPU per answer for the header block alone, a few percent of an event. Here the
+request is one join and the answer is read line by line.
+
+What `read_answer` returns equals what http.client's `HTTPResponse.begin` and `read` give for
+the same bytes: status, body, headers, and whether the connection must close
+(tests/unit/test_http1.py holds them equal over generated answers). Its limits are
+http.client's: 65,536 bytes per line, 100 headers. A header line without a colon, which
+http.client passes to the email parser as a defect, is refused here (`BadStatusLine`): the
+API server and the filer never send one.
+"""
+
+from __future__ import annotations
+
+import http.client
+import re
+from collections.abc import Mapping
+from typing import IO, NamedTuple
+
+MAX_LINE = 65536
+MAX_HEADERS = 100
+_NO_BODY = frozenset({204, 304})
+_NOT_IN_TARGET = re.compile("[\x00-\x20\x7f]")
+"""What http.client refuses in a request target (controls and space: no request splitting)."""
+
+
+class Head(NamedTuple):
+    status: int
+    headers: dict[str, str]
+    """Lower-cased names; a repeated header's values joined by ", " (RFC 9110 5.3)."""
+    will_close: bool
+
+
+def request_bytes(
+    method: str, target: str, authority: str, headers: Mapping[str, str], body: bytes | None
+) -> bytes:
+    """The request as http.client sends it: `Host` and `Accept-Encoding: identity` unless given,
+    `Content-Length` for a body (0 for a POST, PUT or PATCH without one)."""
+    if _NOT_IN_TARGET.search(target) or _NOT_IN_TARGET.search(method):
+        raise http.client.InvalidURL(f"a control character or space in {method} {target[:200]!r}")
+    given = {name.lower() for name in headers}
+    lines = [f"{method} {target} HTTP/1.1"]
+    if "host" not in given:
+        lines.append(f"Host: {authority}")
+    if "accept-encoding" not in given:
+        lines.append("Accept-Encoding: identity")
+    if "content-length" not in given and "transfer-encoding" not in given:
+        if body is not None:
+            lines.append(f"Content-Length: {len(body)}")
+        elif method in ("POST", "PUT", "PATCH"):
+            lines.append("Content-Length: 0")
+    for name, value in headers.items():
+        if "\r" in value or "\n" in value or "\r" in name or "\n" in name or ":" in name:
+            raise ValueError(f"invalid header {name!r}")  # http.client refuses these too
+        lines.append(f"{name}: {value}")
+    head = ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
+    return head + body if body else head
+
+
+def read_answer(fp: IO[bytes], method: str) -> tuple[Head, bytes]:
+    """The answer on `fp` to a `method` request: its head and its whole body."""
+    while True:
+        line = _line(fp, "status line")
+        if not line:
+            raise http.client.RemoteDisconnected("Remote end closed connection without response")
+        version, status = _status(line)
+        headers, first = _read_headers(fp)
+        if status != 100:  # http.client skips a 100 Continue (and only that) to the next answer
+            break
+    encoding = first.get("transfer-encoding")
+    chunked = encoding is not None and encoding.lower() == "chunked"
+    length = None if chunked else _length(first.get("content-length"))
+    if status in _NO_BODY or 100 <= status < 200 or method == "HEAD":
+        length = 0
+    will_close = _will_close(version, first) or (not chunked and length is None)
+    head = Head(status, headers, will_close)
+    if method == "HEAD":
+        return head, b""
+    if chunked:
+        return head, _read_chunked(fp)
+    if length is None:
+        return head, fp.read()  # to the end: the server closes the connection
+    body = fp.read(length)
+    if len(body) < length:
+        raise http.client.IncompleteRead(body, length - len(body))
+    return head, body
+
+
+def _line(fp: IO[bytes], what: str) -> bytes:
+    line = fp.readline(MAX_LINE + 1)
+    if len(line) > MAX_LINE:
+        raise http.client.LineTooLong(what)
+    return line
+
+
+def _status(line: bytes) -> tuple[int, int]:
+    text = line.decode("iso-8859-1")
+    parts = text.split(None, 2)
+    if len(parts) < 2 or not parts[0].startswith("HTTP/"):
+        raise http.client.BadStatusLine(text)
+    try:
+        status = int(parts[1])
+    except ValueError:
+        raise http.client.BadStatusLine(text) from None
+    if not 100 <= status <= 999:
+        raise http.client.BadStatusLine(text)
+    if parts[0] == "HTTP/1.0":
+        return 10, status
+    if parts[0].startswith("HTTP/1."):
+        return 11, status
+    raise http.client.UnknownProtocol(parts[0])
+
+
+def _read_headers(fp: IO[bytes]) -> tuple[dict[str, str], dict[str, str]]:
+    """The headers joined, and each name's first value (what http.client's framing reads)."""
+    found: dict[str, str] = {}
+    first: dict[str, str] = {}
+    count = 0
+    while True:
+        line = _line(fp, "header line")
+        if line in (b"\r\n", b"\n", b""):
+            return found, first
+        count += 1
+        if count > MAX_HEADERS:
+            raise http.client.HTTPException(f"got more than {MAX_HEADERS} headers")
+        name, colon, value = line.decode("iso-8859-1").partition(":")
+        if not colon or name[:1] in (" ", "\t"):
+            raise http.client.BadStatusLine(line.decode("iso-8859-1"))  # no header: see above
+        key = name.lower()
+        value = value.lstrip(" \t").rstrip("\r\n")  # the email parser's own trimming
+        if key in found:
+            found[key] = f"{found[key]}, {value}"
+        else:
+            found[key] = first[key] = value
+
+
+def _will_close(version: int, first: dict[str, str]) -> bool:
+    connection = first.get("connection")
+    if version == 11:
+        return bool(connection) and "close" in (connection or "").lower()
+    return not (
+        (connection and "keep-alive" in connection.lower())
+        or first.get("keep-alive")
+        or "keep-alive" in first.get("proxy-connection", "").lower()
+    )
+
+
+def _length(value: str | None) -> int | None:
+    if not value:
+        return None
+    try:
+        length = int(value)
+    except ValueError:
+        return None
+    return length if length >= 0 else None
+
+
+def _read_chunked(fp: IO[bytes]) -> bytes:
+    chunks: list[bytes] = []
+    while True:
+        line = _line(fp, "chunk size")
+        try:
+            size = int(line.split(b";", 1)[0], 16)
+        except ValueError:
+            raise http.client.IncompleteRead(b"") from None
+        if size < 0:
+            raise http.client.IncompleteRead(b"")  # http.client would read to the end
+        if size == 0:
+            while _line(fp, "trailer line") not in (b"\r\n", b"\n", b""):
+                pass  # trailers, read and dropped as http.client does
+            return b"".join(chunks)
+        chunk = fp.read(size)
+        if len(chunk) < size:
+            raise http.client.IncompleteRead(chunk, size - len(chunk))
+        chunks.append(chunk)
+        if len(fp.read(2)) < 2:  # the CRLF after the chunk
+            raise http.client.IncompleteRead(b"", 2)

@@ -1,0 +1,142 @@
+"""functions/adapters/http1.py reads an answer as http.client does: over generated answers
+(status lines, repeated and cased headers, Content-Length, chunked with trailers, read to the
+end, HTTP/1.0 and 1.1, HEAD, 1xx/204/304, truncations), `read_answer` gives http.client's status,
+body, headers and will_close, or both raise. `request_bytes` writes what http.client sends."""
+
+from __future__ import annotations
+
+import http.client
+import io
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from functions.adapters import http1
+
+NAMES = st.sampled_from(
+    ["Content-Type", "content-length", "Transfer-Encoding", "Connection", "Keep-Alive", "X-Seq", "Audit-Id"]
+)
+VALUES = st.sampled_from(
+    ["", "close", "keep-alive", "chunked", "5", "0", "-1", "x", " 12 ", "gzip, chunked", "a, b"]
+)
+
+
+class Sock:
+    """What http.client.HTTPResponse needs of a socket: `makefile`."""
+
+    def __init__(self, data: bytes) -> None:
+        self.data = data
+
+    def makefile(self, mode: str) -> io.BufferedReader:
+        return io.BufferedReader(io.BytesIO(self.data))  # type: ignore[arg-type]
+
+
+@st.composite
+def answers(draw: st.DrawFn) -> tuple[bytes, str]:
+    version = draw(st.sampled_from(["HTTP/1.1", "HTTP/1.0", "HTTP/1.1", "HTTP/2", "HTCPCP/1.0"]))
+    status = draw(st.sampled_from(["200", "204", "304", "404", "103", "500", "0200", "99", "abc"]))
+    reason = draw(st.sampled_from([" OK", "", " Not Found here"]))
+    lines = [f"{version} {status}{reason}"]
+    for name, value in draw(st.lists(st.tuples(NAMES, VALUES), max_size=6)):
+        lines.append(f"{name}:{draw(st.sampled_from(['', ' ', '  ']))}{value}")
+    body = draw(st.binary(max_size=30))
+    framing = draw(st.sampled_from(["length", "chunked", "raw"]))
+    head = ("\r\n".join(lines) + "\r\n\r\n").encode()
+    if framing == "length":
+        head = head[:-2] + f"Content-Length: {len(body)}\r\n\r\n".encode()
+        payload = body
+    elif framing == "chunked":
+        head = head[:-2] + b"Transfer-Encoding: chunked\r\n\r\n"
+        cuts = sorted(draw(st.lists(st.integers(0, len(body)), max_size=3)))
+        pieces = [body[a:b] for a, b in zip([0, *cuts], [*cuts, len(body)], strict=True) if b > a]
+        payload = b"".join(f"{len(p):x}\r\n".encode() + p + b"\r\n" for p in pieces) + b"0\r\n"
+        payload += draw(st.sampled_from([b"\r\n", b"X-Trailer: 1\r\n\r\n"]))
+    else:
+        payload = body
+    data = head + payload
+    if draw(st.booleans()):
+        data = data[: draw(st.integers(0, len(data)))]  # cut short anywhere
+    return data, draw(st.sampled_from(["GET", "GET", "PATCH", "HEAD"]))
+
+
+def stdlib(data: bytes, method: str) -> tuple[str, Any]:
+    response = http.client.HTTPResponse(Sock(data), method=method)  # type: ignore[arg-type]
+    try:
+        response.begin()
+        body = response.read()
+    except Exception as err:
+        return "raised", type(err).__name__
+    headers: dict[str, str] = {}
+    for name, value in response.msg.items():
+        key = name.lower()
+        headers[key] = f"{headers[key]}, {value}" if key in headers else value
+    return "answer", (response.status, body, headers, bool(response.will_close))
+
+
+def ours(data: bytes, method: str) -> tuple[str, Any]:
+    try:
+        head, body = http1.read_answer(io.BufferedReader(io.BytesIO(data)), method)  # type: ignore[arg-type]
+    except Exception as err:
+        return "raised", type(err).__name__
+    return "answer", (head.status, body, head.headers, head.will_close)
+
+
+@settings(max_examples=1500, deadline=None)
+@given(answers())
+def test_an_answer_is_read_as_http_client_reads_it(answer: tuple[bytes, str]) -> None:
+    data, method = answer
+    theirs = stdlib(data, method)
+    mine = ours(data, method)
+    if theirs[0] == "raised":
+        assert mine[0] == "raised", (mine, theirs)
+    elif mine[0] == "raised" and colonless_header(data):
+        return  # refused here on purpose (http1's docstring); http.client keeps it as a defect
+    else:
+        assert mine == theirs
+
+
+def colonless_header(data: bytes) -> bool:
+    """A line of the header block (as readline gives them) without a colon."""
+    for line in data.splitlines(keepends=True)[1:]:
+        if line in (b"\r\n", b"\n"):
+            return False
+        if b":" not in line:
+            return True
+    return False
+
+
+def test_a_request_is_what_http_client_sends() -> None:
+    class Capture:
+        def __init__(self) -> None:
+            self.sent = b""
+
+        def sendall(self, data: bytes) -> None:
+            self.sent += data
+
+    for method, body, headers in (
+        ("GET", None, {"Accept": "application/json", "Authorization": "Bearer t"}),
+        ("PATCH", b'{"a":1}', {"Content-Type": "application/merge-patch+json"}),
+        ("POST", None, {}),
+        ("GET", None, {"Host": "api", "Accept-Encoding": "gzip"}),
+    ):
+        connection = http.client.HTTPConnection("10.0.0.1", 6443)
+        capture = Capture()
+        connection.sock = capture  # type: ignore[assignment]
+        connection.request(method, "/api/v1/pods?limit=5", body=body, headers=headers)
+        assert (
+            http1.request_bytes(method, "/api/v1/pods?limit=5", "10.0.0.1:6443", headers, body)
+            == capture.sent
+        )
+
+
+@pytest.mark.parametrize("target", ["/a b", "/a\r\nX: y", "/\x00"])
+def test_a_target_that_would_split_the_request_is_refused(target: str) -> None:
+    with pytest.raises(http.client.InvalidURL):
+        http1.request_bytes("GET", target, "h", {}, None)
+
+
+def test_a_header_value_that_would_split_the_request_is_refused() -> None:
+    with pytest.raises(ValueError, match="invalid header"):
+        http1.request_bytes("GET", "/", "h", {"X-A": "1\r\nX-B: 2"}, None)
