@@ -10,11 +10,11 @@ from __future__ import annotations
 from urllib.parse import urlsplit
 
 import httpx
-from cloudevents.conversion import to_binary
 from cloudevents.http import CloudEvent
 
 from functions.adapters.keepalive import KeepAlive
 from functions.adapters.tls import verify_for
+from functions.edge import binary_mode
 from functions.errors import Retryable
 from functions.tracing import TRACEPARENT, TRACESTATE
 
@@ -41,7 +41,7 @@ class Broker:
         """POST the event to the Broker; `timeout` caps this attempt (default: the client's)."""
         if not self._url:
             raise Retryable("no broker URL configured (K_SINK or LORAFLOW_BROKER_URL)")
-        headers, body = to_binary(event)
+        headers, body = binary_mode.write(event)
         # Knative's ingress reads trace context from the W3C headers, not from ce-traceparent.
         headers.update(trace_headers(event))
         try:
