@@ -6,10 +6,12 @@ call has a wall-clock deadline (a trickled answer is cut off, not waited for per
 answer a byte cap and no decompression, and a malformed answer is that pod's failure (a value),
 never an exception, so one pod cannot stall or fail the others.
 
-The calls go out on http.client keep-alive connections, a small stack of idle ones per pod
-(`PodConnections`, `KeepAlive.exchange`). Over httpx a load cost the caller ~540 us of CPU
-(~640-870 us each in a fan-out to 10 pods, 10 at a time), here ~230 us (~275 us): in an
-upload storm the engine calls were the load function's largest share of CPU. A load or unload
+The calls go out on keep-alive connections, a small stack of idle ones per pod
+(`PodConnections`, `KeepAlive.exchange`; the answer's head read by functions/adapters/http1.py,
+not http.client's email parser: 0.93x the load function's CPU per event). Over httpx a load
+cost the caller ~540 us of CPU (~640-870 us each in a fan-out to 10 pods, 10 at a time), over
+http.client ~230 us (~275 us): in an upload storm the engine calls were the load function's
+largest share of CPU. A load or unload
 that may have reached the engine is never sent again by the transport (a vLLM load sent twice
 answers "already loaded"); the broker's retry of the event is what repeats it.
 """
@@ -25,7 +27,7 @@ from typing import Any, Literal, NamedTuple, NotRequired, Protocol
 from pydantic import ConfigDict, TypeAdapter, ValidationError
 from typing_extensions import TypedDict
 
-from functions.adapters.keepalive import Deadline
+from functions.adapters.keepalive import Deadline, Streamed
 from functions.adapters.pod_connections import PodConnections
 from functions.errors import problems
 from functions.logic import reasons
@@ -110,22 +112,22 @@ PROTOCOLS: dict[Runtime, RuntimeProtocol] = {"vllm": VllmProtocol(), "sglang": S
 
 
 # -- reading answers -----------------------------------------------------------------------------------
-def read_bounded(response: http.client.HTTPResponse, limit: int) -> bytes:
+def read_bounded(response: Streamed, limit: int) -> bytes:
     """The raw body, or AnswerError once it passes `limit` bytes or its exchange's deadline
     (`KeepAlive.exchange` bounds each receive by what is left of it: a trickled answer ends
     at the deadline, not one read timeout after it)."""
-    encoding = (response.getheader("content-encoding") or "identity").strip().lower()
+    encoding = response.headers.get("content-encoding", "identity").strip().lower()
     if encoding not in ("", "identity"):
         raise AnswerError(
             reasons.ENGINE_ANSWER_INVALID, f"answer is compressed ({encoding}) although identity was asked"
         )
-    declared = response.getheader("content-length")
+    declared = response.headers.get("content-length")
     if declared is not None and declared.isdigit() and int(declared) > limit:
         raise AnswerError(reasons.ENGINE_ANSWER_TOO_LARGE, f"answer of {declared} bytes exceeds {limit}")
     body = bytearray()
     while True:
         try:
-            chunk = response.read1(1 << 16)  # what one receive returns (a fixed size would wait to fill it)
+            chunk = response.body.read1(1 << 16)  # one receive (a fixed size would wait to fill it)
         except TimeoutError as err:
             raise AnswerError(reasons.ENGINE_TIMEOUT, "answer still arriving at the deadline", True) from err
         if not chunk:
@@ -275,7 +277,7 @@ class Engines:
         headers = HEADERS if payload is None else POST_HEADERS
         with self._pods.to(endpoint.url).exchange(method, path, headers, payload, deadline) as response:
             content = read_bounded(response, limit)
-            return Answer(response.status, response.getheader("content-type") or "", content)
+            return Answer(response.status, response.headers.get("content-type", ""), content)
 
     def healthy(self, endpoint: Endpoint) -> bool:
         try:

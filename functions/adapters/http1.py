@@ -19,7 +19,7 @@ from __future__ import annotations
 import http.client
 import re
 from collections.abc import Mapping
-from typing import IO, NamedTuple
+from typing import NamedTuple, Protocol
 
 MAX_LINE = 65536
 MAX_HEADERS = 100
@@ -28,11 +28,23 @@ _NOT_IN_TARGET = re.compile("[\x00-\x20\x7f]")
 """What http.client refuses in a request target (controls and space: no request splitting)."""
 
 
+class Reader(Protocol):
+    """A buffered binary file, as `socket.makefile("rb")` gives (io.BufferedReader)."""
+
+    def readline(self, size: int = -1, /) -> bytes: ...
+    def read(self, size: int = -1, /) -> bytes: ...
+    def read1(self, size: int = -1, /) -> bytes: ...
+    def close(self) -> None: ...
+
+
 class Head(NamedTuple):
     status: int
     headers: dict[str, str]
     """Lower-cased names; a repeated header's values joined by ", " (RFC 9110 5.3)."""
     will_close: bool
+    chunked: bool = False
+    length: int | None = None
+    """The body's length when declared (0: none); None: chunked, or to the end."""
 
 
 def request_bytes(
@@ -61,8 +73,15 @@ def request_bytes(
     return head + body if body else head
 
 
-def read_answer(fp: IO[bytes], method: str) -> tuple[Head, bytes]:
+def read_answer(fp: Reader, method: str) -> tuple[Head, bytes]:
     """The answer on `fp` to a `method` request: its head and its whole body."""
+    head = read_head(fp, method)
+    return head, Body(fp, head).read()
+
+
+def read_head(fp: Reader, method: str) -> Head:
+    """The status line and headers of the answer on `fp` (a 100 Continue skipped), and its
+    body's framing; the body is left on `fp` for `Body`."""
     while True:
         line = _line(fp, "status line")
         if not line:
@@ -75,22 +94,84 @@ def read_answer(fp: IO[bytes], method: str) -> tuple[Head, bytes]:
     chunked = encoding is not None and encoding.lower() == "chunked"
     length = None if chunked else _length(first.get("content-length"))
     if status in _NO_BODY or 100 <= status < 200 or method == "HEAD":
-        length = 0
+        length = 0  # http.client still reads a chunked body after a 204 or 304
     will_close = _will_close(version, first) or (not chunked and length is None)
-    head = Head(status, headers, will_close)
     if method == "HEAD":
-        return head, b""
-    if chunked:
-        return head, _read_chunked(fp)
-    if length is None:
-        return head, fp.read()  # to the end: the server closes the connection
-    body = fp.read(length)
-    if len(body) < length:
-        raise http.client.IncompleteRead(body, length - len(body))
-    return head, body
+        chunked = False
+    return Head(status, headers, will_close, chunked, length)
 
 
-def _line(fp: IO[bytes], what: str) -> bytes:
+class Body:
+    """An answer's body on `fp` within its framing (Content-Length, chunked, or to the end),
+    whole (`read`) or as each receive brings it (`read1`, for a caller that caps it)."""
+
+    def __init__(self, fp: Reader, head: Head) -> None:
+        self._fp = fp
+        self._chunked = head.chunked
+        self._left = head.length
+        """Bytes left of the body (chunked: of the current chunk); None: to the end."""
+        self._chunks = 0
+        self.done = not head.chunked and head.length == 0
+        """Read to its end: the connection is where the next answer starts."""
+
+    def close(self) -> None:
+        """Let go of `fp` (a socket's file holds its socket open until it is closed)."""
+        self._fp.close()
+
+    def read(self) -> bytes:
+        if self.done:
+            return b""
+        if self._chunked:
+            return b"".join(iter(self.read1, b""))
+        if self._left is None:
+            self.done = True
+            return self._fp.read()  # to the end: the server closes the connection
+        body = self._fp.read(self._left)
+        if len(body) < self._left:
+            raise http.client.IncompleteRead(body, self._left - len(body))
+        self._left, self.done = 0, True
+        return body
+
+    def read1(self, size: int = 1 << 16) -> bytes:
+        """The next piece, at most `size` bytes and at most one receive; b"" at the end."""
+        if self.done:
+            return b""
+        if self._chunked and not self._left and not self._next_chunk():
+            return b""
+        want = size if self._left is None else min(size, self._left)
+        piece = self._fp.read1(want)
+        if self._left is None:
+            self.done = not piece
+            return piece
+        if not piece:
+            raise http.client.IncompleteRead(b"", self._left)
+        self._left -= len(piece)
+        self.done = not self._chunked and not self._left
+        return piece
+
+    def _next_chunk(self) -> bool:
+        """Past the CRLF that ends a chunk, the next one's size line; False (and the trailers
+        read and dropped, as http.client does) at the last chunk."""
+        if self._chunks and len(self._fp.read(2)) < 2:
+            raise http.client.IncompleteRead(b"", 2)
+        self._chunks += 1
+        line = _line(self._fp, "chunk size")
+        try:
+            size = int(line.split(b";", 1)[0], 16)
+        except ValueError:
+            raise http.client.IncompleteRead(b"") from None
+        if size < 0:
+            raise http.client.IncompleteRead(b"")  # http.client would read to the end
+        if size == 0:
+            while _line(self._fp, "trailer line") not in (b"\r\n", b"\n", b""):
+                pass
+            self.done = True
+            return False
+        self._left = size
+        return True
+
+
+def _line(fp: Reader, what: str) -> bytes:
     line = fp.readline(MAX_LINE + 1)
     if len(line) > MAX_LINE:
         raise http.client.LineTooLong(what)
@@ -115,7 +196,7 @@ def _status(line: bytes) -> tuple[int, int]:
     raise http.client.UnknownProtocol(parts[0])
 
 
-def _read_headers(fp: IO[bytes]) -> tuple[dict[str, str], dict[str, str]]:
+def _read_headers(fp: Reader) -> tuple[dict[str, str], dict[str, str]]:
     """The headers joined, and each name's first value (what http.client's framing reads)."""
     found: dict[str, str] = {}
     first: dict[str, str] = {}
@@ -157,25 +238,3 @@ def _length(value: str | None) -> int | None:
     except ValueError:
         return None
     return length if length >= 0 else None
-
-
-def _read_chunked(fp: IO[bytes]) -> bytes:
-    chunks: list[bytes] = []
-    while True:
-        line = _line(fp, "chunk size")
-        try:
-            size = int(line.split(b";", 1)[0], 16)
-        except ValueError:
-            raise http.client.IncompleteRead(b"") from None
-        if size < 0:
-            raise http.client.IncompleteRead(b"")  # http.client would read to the end
-        if size == 0:
-            while _line(fp, "trailer line") not in (b"\r\n", b"\n", b""):
-                pass  # trailers, read and dropped as http.client does
-            return b"".join(chunks)
-        chunk = fp.read(size)
-        if len(chunk) < size:
-            raise http.client.IncompleteRead(chunk, size - len(chunk))
-        chunks.append(chunk)
-        if len(fp.read(2)) < 2:  # the CRLF after the chunk
-            raise http.client.IncompleteRead(b"", 2)

@@ -1,10 +1,11 @@
-"""HTTP/1.1 keep-alive connections to one server over the standard library's http.client.
+"""HTTP/1.1 keep-alive connections to one server: http.client's sockets, http1's framing.
 
 The Kubernetes API is every step's busiest peer (a load event makes three to six requests), and
 httpx's client and connection pool cost ~0.7-1.2 ms of CPU per request on top of the socket
 work (request building, cookie extraction, the pool's scan of its connections): more than the
-handler's own decisions. Here a request is a `http.client` round trip on a connection taken
-from a small last-in-first-out stack of idle ones, so the hottest connection (and its TLS
+handler's own decisions. Here a request is one round trip (written and read by
+functions/adapters/http1.py as http.client would) on a connection taken from a small
+last-in-first-out stack of idle ones, so the hottest connection (and its TLS
 session) is reused and at most `max_idle` stay open.
 
 A kept connection the server has closed meanwhile (its idle timeout, a restart) shows as
@@ -17,8 +18,8 @@ stack's stand-ins send through the same connections (devstack/keepalive.py).
 `exchange` is the engines' round trip (functions/adapters/engines.py): a pod is another
 tenant's process, so the whole call has one wall-clock deadline (every connect, send and
 receive, the headers' included, bounded by what is left of it), the caller reads the body
-under its own byte cap, and a connection whose answer was not read to its end is closed, never
-reused. A request is sent again on a new connection as Go's transport decides it
+under its own byte cap (`http1.Body.read1`), and a connection whose answer was not read to its
+end is closed, never reused. A request is sent again on a new connection as Go's transport decides it
 (`persistConn.shouldRetryRequest`, net/http/transport.go): only after a kept connection failed,
 and only when not one byte of the request had been written, or when the request is a GET and
 the server closed or reset the connection before the first byte of an answer. A POST that may
@@ -51,6 +52,16 @@ class Answer(NamedTuple):
     body: bytes
     headers: Mapping[str, str]
     """Lower-cased names; a repeated header's values joined by ", " (RFC 9110 5.3)."""
+
+
+class Streamed(NamedTuple):
+    """An exchange's answer: status and headers read, the body left for the caller to read."""
+
+    status: int
+    headers: Mapping[str, str]
+    """Lower-cased names; a repeated header's values joined by ", " (RFC 9110 5.3)."""
+    will_close: bool
+    body: http1.Body
 
 
 class Deadline(NamedTuple):
@@ -90,26 +101,6 @@ class _DeadlineReader(io.RawIOBase):
         super().close()
 
 
-class _Within:
-    deadline: Deadline | None = None
-
-
-def _reading_within(within: _Within) -> type[http.client.HTTPResponse]:
-    """http.client's response, reading through `_DeadlineReader` while `within` has a deadline
-    (HTTPConnection builds its response from the socket alone: the deadline rides in here)."""
-
-    class Response(http.client.HTTPResponse):
-        def __init__(
-            self, sock: socket.socket, debuglevel: int = 0, method: str | None = None, url: str | None = None
-        ) -> None:
-            super().__init__(sock, debuglevel, method, url)
-            if within.deadline is not None:  # nothing was read yet: its buffer is empty
-                raw = self.fp.detach()
-                self.fp = io.BufferedReader(_DeadlineReader(raw, sock, within.deadline))
-
-    return Response
-
-
 class _Connection(http.client.HTTPConnection):
     """TCP (http.client's own, TCP_NODELAY), then TLS with SNI and the certificate check on
     `server_name` when given (a kubeconfig's tls-server-name), else on the host."""
@@ -128,53 +119,14 @@ class _Connection(http.client.HTTPConnection):
         self._default_read_timeout = self._read_timeout = read_timeout
         self._context = context
         self._server_name = server_name
-        self._within: _Within | None = None
-        """Made by the first `within`: the deadline this connection's exchange reads under."""
         self.written = 0
         """Bytes of the current exchange's request handed to the kernel (0: none can have left)."""
-        self._hold = False
-        self._held: bytes | None = None
 
     def connect(self) -> None:
         super().connect()
         if self._context is not None:
             self.sock = self._context.wrap_socket(self.sock, server_hostname=self._server_name or self.host)
         self.sock.settimeout(self._read_timeout)
-
-    def within(self, deadline: Deadline | None, body_follows: bool = False) -> None:
-        """Every socket operation of the next round trip ends by `deadline` (None: `bound`'s
-        per-operation timeouts again); a connection made for it connects within what is left.
-        `body_follows`: the request has a body, written with its header block in one send."""
-        self.written = 0
-        self._held = None
-        self._hold = body_follows
-        if self._within is None:
-            if deadline is None:
-                return
-            self._within = _Within()
-            self.response_class = _reading_within(self._within)
-        self._within.deadline = deadline
-        if deadline is not None:
-            self.timeout = min(deadline.left(), self._connect_timeout)
-
-    def send(self, data: Any) -> None:
-        deadline = self._within.deadline if self._within is not None else None
-        if deadline is None or not isinstance(data, bytes):
-            super().send(data)
-            return
-        if self._hold:  # http.client sends the header block, then the body: one packet instead
-            self._hold, self._held = False, data
-            return
-        if self._held is not None:
-            data, self._held = self._held + data, None
-        if self.sock is None:
-            self.connect()  # as http.client's own send does (auto_open)
-        view = memoryview(data)
-        while view:  # counted, so that a failure knows whether any byte left (sendall does not say)
-            self.sock.settimeout(deadline.left())
-            sent = self.sock.send(view)
-            self.written += sent
-            view = view[sent:]
 
     def bound(self, timeout: float | None) -> None:
         """Each socket operation of the next round trip takes at most `timeout` (None: the
@@ -255,28 +207,26 @@ class KeepAlive:
         headers: Mapping[str, str],
         body: bytes | None,
         deadline: Deadline,
-    ) -> Iterator[http.client.HTTPResponse]:
+    ) -> Iterator[Streamed]:
         """One round trip ending by `deadline`: the answer with its status and headers read, for
-        the caller to read the body from (`read1`: each receive bounded by what is left). The
-        connection is kept for the next one only when the body was read to its end inside the
-        block. Failures are the standard library's (TimeoutError, OSError, HTTPException)."""
+        the caller to read the body from (`body.read1`: each receive bounded by what is left).
+        The connection is kept for the next one only when the body was read to its end inside
+        the block. Failures are the standard library's (TimeoutError, OSError, HTTPException)."""
         connection, reused = self._take()
         try:
-            response = self._send_within(connection, method, target, headers, body, deadline)
+            answer = self._send_within(connection, method, target, headers, body, deadline)
         except (OSError, http.client.HTTPException) as err:
             if not (reused and may_send_again(method, connection.written, err)):
                 raise
             connection = self._new()  # the kept one failed under it: once more, anew
-            response = self._send_within(connection, method, target, headers, body, deadline)
+            answer = self._send_within(connection, method, target, headers, body, deadline)
         kept = False
         try:
-            yield response
-            # read to its end (what is left would garble the next answer on this connection); a
-            # sized body read to its length leaves the response open (http.client 3.11 `read1`)
-            kept = response.isclosed() or (not response.chunked and response.length == 0)
+            yield answer
+            # read to its end (what is left would garble the next answer on this connection)
+            kept = answer.body.done and not answer.will_close
         finally:
-            connection.within(None)
-            response.close()
+            answer.body.close()
             if kept:
                 self._give_back(connection)
             else:
@@ -298,14 +248,30 @@ class KeepAlive:
         headers: Mapping[str, str],
         body: bytes | None,
         deadline: Deadline,
-    ) -> http.client.HTTPResponse:
+    ) -> Streamed:
+        wire = http1.request_bytes(method, self._prefix + target or "/", self._authority, headers, body)
+        connection.written = 0
         try:
-            connection.within(deadline, body_follows=bool(body))
-            connection.request(method, self._prefix + target or "/", body=body, headers=dict(headers))
-            return connection.getresponse()
+            if connection.sock is None:
+                connection.timeout = min(deadline.left(), self._timeouts[0])
+                connection.connect()
+            sock = connection.sock
+            view = memoryview(wire)
+            while view:  # counted, so that a failure knows whether any byte left (sendall does not say)
+                sock.settimeout(deadline.left())
+                sent = sock.send(view)
+                connection.written += sent
+                view = view[sent:]
+            answer = io.BufferedReader(_DeadlineReader(sock.makefile("rb", buffering=0), sock, deadline))
+            try:
+                head = http1.read_head(answer, method)
+            except BaseException:
+                answer.close()
+                raise
         except BaseException:
             connection.close()
             raise
+        return Streamed(head.status, head.headers, head.will_close, http1.Body(answer, head))
 
     def _round_trip(
         self,

@@ -32,7 +32,7 @@ import urllib3
 from pydantic import TypeAdapter, ValidationError
 from typing_extensions import TypedDict  # pydantic reads TypedDicts from here before 3.12
 
-from functions.adapters.keepalive import Deadline, KeepAlive
+from functions.adapters.keepalive import Deadline, KeepAlive, Streamed
 from functions.adapters.tls import verify_for
 from functions.errors import StorageUnavailable
 from functions.settings import Settings
@@ -279,16 +279,16 @@ def _bounded(response: httpx.Response, max_bytes: int, path: str) -> bytes:
     return bytes(content)
 
 
-def _bounded_direct(response: http.client.HTTPResponse, max_bytes: int, path: str) -> bytes:
-    """`_bounded` for an http.client answer: no decompression, the cap checked per receive."""
-    encoding = (response.getheader("content-encoding") or "identity").strip().lower()
+def _bounded_direct(response: Streamed, max_bytes: int, path: str) -> bytes:
+    """`_bounded` for a keep-alive exchange: no decompression, the cap checked per receive."""
+    encoding = response.headers.get("content-encoding", "identity").strip().lower()
     if encoding not in ("", "identity"):
         raise ContentTooLarge(f"{path} came compressed ({encoding}); its size cannot be bounded")
-    declared = response.getheader("content-length")
+    declared = response.headers.get("content-length")
     if declared is not None and declared.isdigit() and int(declared) > max_bytes:
         raise ContentTooLarge(f"{path} is {declared} bytes, more than {max_bytes}")
     content = bytearray()
-    while chunk := response.read1(1 << 16):  # what one receive returns
+    while chunk := response.body.read1(1 << 16):  # what one receive returns
         content += chunk
         if len(content) > max_bytes:
             raise ContentTooLarge(f"{path} is more than {max_bytes} bytes")

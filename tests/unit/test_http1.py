@@ -97,6 +97,61 @@ def test_an_answer_is_read_as_http_client_reads_it(answer: tuple[bytes, str]) ->
         assert mine == theirs
 
 
+class Trickle(io.RawIOBase):
+    """A socket that hands over at most `step` bytes per receive."""
+
+    def __init__(self, data: bytes, step: int) -> None:
+        self.data, self.step = data, step
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        view = memoryview(buffer).cast("B")
+        take = min(self.step, len(view))
+        piece, self.data = self.data[:take], self.data[take:]
+        view[: len(piece)] = piece
+        return len(piece)
+
+
+def streamed(data: bytes, method: str, step: int, size: int) -> tuple[str, Any]:
+    """The body as a capped reader takes it: `read1` piece by piece, each at most `size` bytes
+    and one receive, until b""; then what is left on the connection."""
+    fp = io.BufferedReader(Trickle(data, step))
+    try:
+        head = http1.read_head(fp, method)
+        body = http1.Body(fp, head)
+        pieces = list(iter(lambda: body.read1(size), b""))
+    except Exception as err:
+        return "raised", type(err).__name__
+    assert all(0 < len(piece) <= size for piece in pieces)
+    assert body.done
+    return "answer", (head.status, b"".join(pieces), head.headers, head.will_close)
+
+
+@settings(max_examples=1500, deadline=None)
+@given(answers(), st.integers(1, 40), st.integers(1, 40))
+def test_a_body_read_piece_by_piece_is_the_whole_body(
+    answer: tuple[bytes, str], step: int, size: int
+) -> None:
+    """The engines read a body through `Body.read1` under their byte cap: the same answer, or
+    the same failure, as reading it whole, however the bytes arrive."""
+    data, method = answer
+    whole = ours(data, method)
+    assert streamed(data, method, step, size) == whole
+
+
+def test_a_body_read_piece_by_piece_leaves_the_next_answer_in_place() -> None:
+    """Kept connections: reading a chunked body to its end consumes its trailers, not a byte of
+    the next answer."""
+    first = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n0\r\nX-T: 1\r\n\r\n"
+    second = b"HTTP/1.1 204 No Content\r\n\r\n"
+    fp = io.BufferedReader(Trickle(first + second, 7))
+    body = http1.Body(fp, http1.read_head(fp, "GET"))
+    assert b"".join(iter(body.read1, b"")) == b"abc"
+    assert http1.read_answer(fp, "GET") == (http1.Head(204, {}, False, False, 0), b"")
+
+
 def colonless_header(data: bytes) -> bool:
     """A line of the header block (as readline gives them) without a colon."""
     for line in data.splitlines(keepends=True)[1:]:
