@@ -11,9 +11,9 @@ The calls go out on keep-alive connections, a small stack of idle ones per pod
 not http.client's email parser: 0.93x the load function's CPU per event). Over httpx a load
 cost the caller ~540 us of CPU (~640-870 us each in a fan-out to 10 pods, 10 at a time), over
 http.client ~230 us (~275 us): in an upload storm the engine calls were the load function's
-largest share of CPU. A load or unload
-that may have reached the engine is never sent again by the transport (a vLLM load sent twice
-answers "already loaded"); the broker's retry of the event is what repeats it.
+largest share of CPU. A load or unload that may have reached the engine is never sent again by
+the transport (a vLLM load sent twice answers "already loaded"); the broker's retry of the
+event is what repeats it.
 """
 
 from __future__ import annotations
