@@ -30,12 +30,12 @@ import heapq
 import itertools
 import json
 import logging
+import queue
 import random
 import threading
 import time
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from http.server import ThreadingHTTPServer
@@ -50,6 +50,7 @@ from devstack.eventing.triggers import Trigger
 from devstack.keepalive import Answer, Pools, SendError
 from devstack.oneshot import OneWriteHandler
 from functions import tracing
+from functions.edge import binary_mode
 from functions.tracing import Trace
 
 log = logging.getLogger("devstack.eventing.broker")
@@ -130,24 +131,36 @@ class EventLog:
 
 # -- scheduling -----------------------------------------------------------------------------------
 class _Scheduler:
-    """Runs callables on a worker pool, now or after a delay, without blocking a worker."""
+    """Runs callables on `workers` threads, now or after a delay, without blocking a worker.
+    The threads take their work from one queue (no Future per delivery: the benchmarks'
+    bursts put every delivery through here, in the process that measures them)."""
 
     def __init__(self, workers: int) -> None:
-        self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="broker-worker")
+        self._queue: queue.SimpleQueue[Callable[[], None] | None] = queue.SimpleQueue()
+        self._workers = [
+            threading.Thread(target=self._work, name=f"broker-worker-{n}", daemon=True)
+            for n in range(workers)
+        ]
         self._heap: list[tuple[float, int, Callable[[], None]]] = []
         self._order = itertools.count()
         self._cv = threading.Condition()
         self._closed = False
         self._thread = threading.Thread(target=self._run, name="broker-timer", daemon=True)
-        self._thread.start()
+        for thread in (*self._workers, self._thread):
+            thread.start()
 
     def submit(self, fn: Callable[[], None], delay: float = 0.0) -> None:
         if delay <= 0:
-            self._pool.submit(fn)
+            self._queue.put(fn)
             return
         with self._cv:
             heapq.heappush(self._heap, (time.monotonic() + delay, next(self._order), fn))
             self._cv.notify()
+
+    def _work(self) -> None:
+        while (fn := self._queue.get()) is not None:
+            if not self._closed:  # closing: what is still queued is dropped, as it was never begun
+                fn()  # Broker._run: a delivery never raises out of it
 
     def _run(self) -> None:
         with self._cv:
@@ -161,15 +174,19 @@ class _Scheduler:
                     self._cv.wait(wait)
                     continue
                 heapq.heappop(self._heap)
-                self._pool.submit(fn)
+                self._queue.put(fn)
 
     def close(self) -> None:
+        """Pending retries and queued deliveries are dropped; those under way finish."""
         with self._cv:
             self._closed = True
             self._heap.clear()
             self._cv.notify()
         self._thread.join(timeout=5)
-        self._pool.shutdown(wait=True, cancel_futures=True)
+        for _ in self._workers:
+            self._queue.put(None)
+        for thread in self._workers:
+            thread.join(timeout=5)
 
 
 @dataclass
@@ -365,7 +382,7 @@ class Broker:
 
     def _attempt(self, task: _Task) -> _Outcome:
         delivery = task.trigger.delivery
-        headers, body = (to_structured if delivery.structured else to_binary)(task.event)
+        headers, body = (to_structured if delivery.structured else _to_binary)(task.event)
         if task.trace is not None:
             headers.update(task.trace.attributes())
         timeout = delivery.timeout_s or self.default_timeout_s
@@ -405,7 +422,7 @@ class Broker:
         data = outcome.body[:ERROR_DATA_MAX] or outcome.error.encode()[:ERROR_DATA_MAX]
         if data:
             event["knativeerrordata"] = base64.b64encode(data).decode()
-        headers, body = to_binary(event)
+        headers, body = _to_binary(event)
         if task.trace is not None:
             headers.update(task.trace.attributes())
         try:
@@ -442,6 +459,15 @@ def _ttl(event: CloudEvent) -> int | None:
         raise InvalidEvent(f"{TTL_EXTENSION} {raw!r} is not an integer") from err
 
 
+def _to_binary(event: CloudEvent) -> tuple[dict[str, str], bytes]:
+    """Binary mode as the SDK's `to_binary` writes it (functions/edge/binary_mode.py, held equal
+    to it by tests/unit/test_binary_mode.py) for spec version 1.0; other versions by the SDK."""
+    if event["specversion"] == "1.0":
+        return binary_mode.write(event)
+    headers, body = to_binary(event)
+    return headers, body or b""
+
+
 def _copy(event: CloudEvent) -> CloudEvent:
     return CloudEvent(dict(event.get_attributes()), event.get_data())
 
@@ -458,7 +484,7 @@ def _reply_outcome(answer: Answer) -> _Outcome:
     body = answer.body
     if _is_cloudevent_response(answer.headers):
         try:
-            reply = from_http(answer.headers, body)
+            reply = binary_mode.read(answer.headers.items(), body) or from_http(answer.headers, body)
         except GenericException as err:
             return _Outcome(502, body, error=f"invalid CloudEvent reply: {err}")
         return _Outcome(answer.status, reply=reply)

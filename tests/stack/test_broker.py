@@ -14,6 +14,8 @@ import httpx
 import pytest
 from cloudevents.conversion import to_binary
 from cloudevents.http import CloudEvent, from_http
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from devstack.eventing.broker import Broker, Faults
 from devstack.eventing.sink import EventSink
@@ -163,6 +165,60 @@ DLS = {"deadLetterSink": {"ref": {"apiVersion": "serving.knative.dev/v1", "kind"
 )
 def test_filter_dialects(spec: dict[str, Any], attrs: dict[str, str], expected: bool) -> None:
     assert compile_trigger_filter(spec)(attrs) is expected
+
+
+def knative_says(expression: dict[str, Any], attrs: dict[str, str]) -> bool:
+    """The SubscriptionsAPI filter semantics read from Knative's filter code
+    (pkg/eventfilter/subscriptionsapi: exact, prefix, suffix, all, any, not), evaluated the
+    plain way: what the broker's compiled filters must agree with."""
+    ((dialect, spec),) = expression.items()
+    if dialect == "all":
+        return all(knative_says(e, attrs) for e in spec)
+    if dialect == "any":
+        return any(knative_says(e, attrs) for e in spec)
+    if dialect == "not":
+        return not knative_says(spec, attrs)
+    test = {"exact": str.__eq__, "prefix": str.startswith, "suffix": str.endswith}[dialect]
+    return all(k in attrs and test(attrs[k], v) for k, v in spec.items())
+
+
+KEYS = st.sampled_from(["type", "kind", "source", "loraflowstep"])
+WORDS = st.sampled_from(["a", "ab", "b", "io.x.a", "io.x", "a.v1", "x"])
+LEAVES = st.builds(
+    lambda dialect, pairs: {dialect: pairs},
+    st.sampled_from(["exact", "prefix", "suffix"]),
+    st.dictionaries(KEYS, WORDS, min_size=1, max_size=2),
+)
+EXPRESSIONS = st.recursive(
+    LEAVES,
+    lambda inner: st.one_of(
+        st.builds(lambda parts: {"all": parts}, st.lists(inner, max_size=3)),
+        st.builds(lambda parts: {"any": parts}, st.lists(inner, max_size=3)),
+        st.builds(lambda part: {"not": part}, inner),
+    ),
+    max_leaves=6,
+)
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.lists(EXPRESSIONS, min_size=1, max_size=3), st.dictionaries(KEYS, WORDS, max_size=4))
+def test_compiled_filters_agree_with_knatives_semantics(
+    filters: list[dict[str, Any]], attrs: dict[str, str]
+) -> None:
+    assert compile_trigger_filter({"filters": filters})(attrs) is all(knative_says(f, attrs) for f in filters)
+
+
+WANTED = st.dictionaries(KEYS, st.one_of(st.just(""), WORDS), max_size=3)
+
+
+@settings(max_examples=300, deadline=None)
+@given(WANTED, st.dictionaries(KEYS, WORDS, max_size=4))
+def test_attribute_filters_agree_with_knatives_semantics(
+    wanted: dict[str, str], attrs: dict[str, str]
+) -> None:
+    """The legacy `filter.attributes`: every attribute equal; "" wants it present, any value."""
+    expected = all(k in attrs and (v == "" or attrs[k] == v) for k, v in wanted.items())
+    assert compile_trigger_filter({"filter": {"attributes": wanted}})(attrs) is expected
 
 
 @pytest.mark.parametrize(
