@@ -11,8 +11,10 @@ trace id (`functions.tracing`) and, on every line about one adapter, `adapter`
 from __future__ import annotations
 
 import contextvars
+import functools
 import json
 import logging
+import math
 import re
 import sys
 from collections.abc import Iterator
@@ -162,8 +164,25 @@ def about(adapter: str | None) -> Iterator[None]:
 
 def rfc3339_millis(timestamp: float) -> str:
     """`2026-12-01T09:20:00.123Z`: RFC 3339, UTC, milliseconds (what log stores parse)."""
-    moment = datetime.fromtimestamp(timestamp, UTC)
-    return moment.strftime("%Y-%m-%dT%H:%M:%S.") + f"{moment.microsecond // 1000:03d}Z"
+    fraction, whole = math.modf(timestamp)
+    micros = round(fraction * 1e6)  # as datetime.fromtimestamp rounds it (half to even)
+    if micros >= 1_000_000:
+        whole, micros = whole + 1, micros - 1_000_000
+    return f"{_second(int(whole))}.{micros // 1000:03d}Z"
+
+
+@functools.lru_cache(maxsize=4)
+def _second(seconds: int) -> str:
+    """The date and time of one second: every line of that second shares it (a log line per
+    event: formatting it anew cost ~8 us of the ~45 us a line costs)."""
+    return datetime.fromtimestamp(seconds, UTC).strftime("%Y-%m-%dT%H:%M:%S")
+
+
+@functools.lru_cache(maxsize=256)
+def _redacted(key: str) -> bool:
+    """Whether a field's name looks like a credential's (names come from the code: few)."""
+    lowered = key.lower()
+    return any(secret in lowered for secret in _SECRET_KEYS)
 
 
 class JsonFormatter(logging.Formatter):
@@ -195,7 +214,7 @@ class JsonFormatter(logging.Formatter):
             entry["adapter"] = adapter
         for key, value in record.__dict__.items():
             if key not in self._STANDARD and not key.startswith("_"):
-                entry[key] = "[redacted]" if any(s in key.lower() for s in _SECRET_KEYS) else value
+                entry[key] = "[redacted]" if _redacted(key) else value
         if record.exc_info:
             entry["exc"] = self.formatException(record.exc_info)
         return json.dumps(entry, default=str)

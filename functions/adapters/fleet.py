@@ -554,13 +554,14 @@ def write_statuses(deps: Deps, observed: Observed, executed: Executed) -> dict[A
         report = chosen[key]
 
         def desired(current: Obj) -> Obj | None:
-            fresh = (
-                facts.vllm_adapter(current, deps.settings.mount_root)
-                if key.kind == "vllm"
-                else facts.sglang_adapter(current)
-            )
-            if _identity(fresh) != _identity(planned):
-                return None
+            if current is not observed.objects[key]:  # re-read after a conflict: is it the same?
+                fresh = (
+                    facts.vllm_adapter(current, deps.settings.mount_root)
+                    if key.kind == "vllm"
+                    else facts.sglang_adapter(current)
+                )
+                if _identity(fresh) != _identity(planned):
+                    return None
             generation = facts.meta(current).get("generation")
             status = dict(facts.status(current))
             if key.kind == "vllm":

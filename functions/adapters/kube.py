@@ -20,7 +20,7 @@ import logging
 import ssl
 from collections.abc import Callable, Iterator
 from datetime import datetime
-from functools import partial
+from functools import cached_property, partial
 from typing import Any
 from urllib.parse import quote, urlencode
 
@@ -129,8 +129,9 @@ class KubeApi:
             raise httpx.DecodingError(f"answer is not JSON: {err}", request=response.request) from err
         return decoded
 
-    @property
+    @cached_property
     def server(self) -> tuple[str, int] | None:
+        """The API server's host and port (load asks once per event: parsed once)."""
         url = httpx.URL(self._base)
         port = url.port or (443 if url.scheme == "https" else 80)
         return (url.host, port) if url.host else None

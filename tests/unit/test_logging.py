@@ -5,13 +5,17 @@ from __future__ import annotations
 import io
 import json
 import logging
+from datetime import UTC, datetime
 
 import flask
 from cloudevents.conversion import to_binary
 from cloudevents.http import CloudEvent
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from functions.edge import shell
 from functions.errors import Retryable
+from functions.observability import rfc3339_millis
 
 TRACEPARENT = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
 
@@ -95,3 +99,18 @@ def test_every_line_is_one_json_object(lines: io.StringIO) -> None:
     assert len(lines.getvalue().splitlines()) == len(parsed) == 2
     assert parsed[0]["msg"] == "multi\nline message"
     assert "ValueError: boom" in str(parsed[1]["exc"])
+
+
+@settings(max_examples=3000)
+@given(
+    st.one_of(
+        st.floats(0, 4e9, allow_nan=False),
+        st.builds(lambda s, us: s + us / 1e6, st.integers(10**9, 2 * 10**9), st.integers(0, 999_999)),
+        st.builds(lambda s: s + 0.9999995, st.integers(10**9, 2 * 10**9)),  # rounds up a second
+    )
+)
+def test_a_lines_time_is_the_moment_datetime_gives(timestamp: float) -> None:
+    """The formatter keeps each second's text: the line still says what datetime says."""
+    moment = datetime.fromtimestamp(timestamp, UTC)
+    expected = moment.strftime("%Y-%m-%dT%H:%M:%S.") + f"{moment.microsecond // 1000:03d}Z"
+    assert rfc3339_millis(timestamp) == expected
