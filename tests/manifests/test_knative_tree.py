@@ -228,6 +228,10 @@ def test_function_service(service: Obj) -> None:
     assert c["livenessProbe"]["httpGet"]["path"] == "/healthz"
     assert c["envFrom"] == [{"configMapRef": {"name": "loraflow-config"}}]
     assert {"requests", "limits"} <= set(c["resources"])
+    # request threads follow what queue-proxy lets in, plus a probe and a scrape beside them: the
+    # server's default (4 per CPU, functions-framework's) would count the node's CPUs
+    concurrency = template["spec"]["containerConcurrency"]
+    assert concurrency > 0 and env["THREADS"] == str(concurrency + 2)
 
 
 def test_the_dead_letter_sink_is_our_function() -> None:
