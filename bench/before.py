@@ -1,0 +1,68 @@
+"""Row 9's reference: the code before issue 20, its own row 9 run beside ours in the same run.
+
+The figures the issue was filed with (stat 152, load 116 events/s) were measured on a faster
+day: this machine's speed drifts by up to 1.7x within an hour, and the old code slows more than
+ours when it does (it spends more CPU per event). So the reference is measured again, here:
+the tree of `BEFORE_COMMIT` is taken from git (`git archive`, no worktree is registered), given
+its own virtualenv by its own Makefile (`make venv`, once, kept under .bench-cache/), and its
+`python -m bench --only throughput` runs before ours and again after; the reference is the mean
+of the two, which cancels a drift that is linear in time. Where the old tree cannot be built
+(no git history, no registry), the row falls back to the filed figures and says why.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import tarfile
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+BEFORE_COMMIT = "93b319a"
+"""The last commit before issue 20's work (its README row 9 is the filed 152 and 116)."""
+FILED = {"stat": 152.0, "load": 116.0}
+CACHE = ROOT / ".bench-cache"
+BUILD_TIMEOUT_S = 1200
+RUN_TIMEOUT_S = 600
+
+
+def tree() -> Path:
+    """The old tree, extracted and set up once (its `.venv` made by its own `make venv`)."""
+    where = CACHE / f"before-{BEFORE_COMMIT}"
+    if not (where / ".venv" / ".installed").exists():
+        CACHE.mkdir(exist_ok=True)
+        if not (where / "Makefile").exists():
+            with tempfile.TemporaryFile() as archive:
+                subprocess.run(
+                    ["git", "-C", str(ROOT), "archive", "--format=tar", BEFORE_COMMIT],
+                    stdout=archive,
+                    check=True,
+                    timeout=120,
+                )
+                archive.seek(0)
+                with tarfile.open(fileobj=archive) as tar:
+                    tar.extractall(where, filter="data")
+        subprocess.run(
+            ["make", "venv"],
+            cwd=where,
+            check=True,
+            timeout=BUILD_TIMEOUT_S,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.STDOUT,
+        )
+    return where
+
+
+def measure(where: Path) -> dict[str, float]:
+    """One run of the old row 9: events per second of its stat and load bursts."""
+    subprocess.run(
+        [str(where / ".venv" / "bin" / "python"), "-m", "bench", "--only", "throughput"],
+        cwd=where,
+        check=True,
+        timeout=RUN_TIMEOUT_S,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.STDOUT,
+    )
+    details = json.loads((where / "bench" / "results" / "throughput.json").read_text())["details"]
+    return {step: float(details[step]["events_per_s"]) for step in FILED}
