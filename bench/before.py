@@ -66,3 +66,39 @@ def measure(where: Path) -> dict[str, float]:
     )
     details = json.loads((where / "bench" / "results" / "throughput.json").read_text())["details"]
     return {step: float(details[step]["events_per_s"]) for step in FILED}
+
+
+class Reference:
+    """Row 9's reference for one run: `measure()` before and after ours, then `figures()`. Any
+    failure (the tree cannot be built, a run of it fails) turns the whole reference into the
+    filed figures, with the reason in `says`: a mean of a measured and a filed figure means
+    nothing."""
+
+    def __init__(self, smoke: bool) -> None:
+        self.runs: list[dict[str, float]] = []
+        self._where: Path | None = None
+        self.says = f"{BEFORE_COMMIT}'s own row 9, run before and after ours"
+        if smoke:
+            self.says = "the filed figures (smoke run)"
+            return
+        try:
+            self._where = tree()
+        except (OSError, subprocess.SubprocessError) as err:
+            self.says = f"the filed figures: the tree of {BEFORE_COMMIT} could not be built ({err})"
+
+    def measure(self) -> None:
+        if self._where is None:
+            return
+        try:
+            self.runs.append(measure(self._where))
+        except (OSError, subprocess.SubprocessError, KeyError, ValueError) as err:
+            self._where = None
+            self.says = f"the filed figures: a run of {BEFORE_COMMIT}'s row 9 failed ({err})"
+
+    def figures(self) -> tuple[dict[str, float], list[dict[str, float]]]:
+        """The reference per step (the mean of the runs) and the runs; the filed figures
+        unless every run was measured."""
+        if self._where is None or not self.runs:
+            return dict(FILED), []
+        mean = {step: round(sum(run[step] for run in self.runs) / len(self.runs), 1) for step in FILED}
+        return mean, self.runs

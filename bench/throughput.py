@@ -27,10 +27,7 @@ from __future__ import annotations
 import hashlib
 import json
 import secrets
-import subprocess
 import time
-from collections.abc import Callable
-from functools import partial
 from typing import Any
 
 from cloudevents.http import CloudEvent
@@ -209,27 +206,14 @@ PACED_RATE = 100.0
 PACED_P99_MS = 1000.0
 
 
-def _reference(smoke: bool) -> tuple[Callable[[], dict[str, float]], str]:
-    """How to measure the code before issue 20 (a run of its row 9), and what it is; with
-    --smoke, or when its tree cannot be built, the figures it was filed with."""
-    if smoke:
-        return lambda: dict(before.FILED), "the filed figures (smoke run)"
-    try:
-        where = before.tree()
-    except (OSError, subprocess.SubprocessError) as err:
-        reason = f"the filed figures: the tree of {before.BEFORE_COMMIT} could not be built ({err})"
-        return lambda: dict(before.FILED), reason
-    return partial(before.measure, where), f"{before.BEFORE_COMMIT}'s own row 9, run before and after ours"
-
-
 def run(smoke: bool) -> Result:
     adapters = [f"t{i:02d}" for i in range(4 if smoke else 20)]
     count = 40 if smoke else 400
     sequential = 5 if smoke else 40
     paced = 30 if smoke else 300
     steps = ("stat", "load")
-    measure_before, reference_is = _reference(smoke)
-    first = measure_before()
+    reference = before.Reference(smoke)
+    reference.measure()
     results: dict[str, dict[str, Any]] = {}
     with Stack(ping_period=None, function_processes=True, seaweed=shared(), filer_proxy=False) as stack:
         _setup(stack, adapters, replicas=2)
@@ -238,10 +222,11 @@ def run(smoke: bool) -> Result:
             results[step] = _burst(stack, step, adapters, count)
             results[step]["paced"] = _paced(stack, step, adapters, paced, PACED_RATE)
             results[step]["one_at_a_time_ms"] = _one_at_a_time(stack, step, adapters, sequential)
-    second = measure_before()
+    reference.measure()
+    before_per_step, before_runs = reference.figures()
     for step, r in results.items():
-        r["before_events_per_s"] = round((first[step] + second[step]) / 2, 1)
-        r["before_runs_events_per_s"] = [first[step], second[step]]
+        r["before_events_per_s"] = before_per_step[step]
+        r["before_runs_events_per_s"] = [run[step] for run in before_runs]
         r["ratio_to_before"] = round(r["events_per_s"] / r["before_events_per_s"], 2)
     slowest = min(steps, key=lambda s: results[s]["ratio_to_before"])
     answered = [(r["ok"], r["events"]) for r in results.values()] + [
@@ -265,11 +250,11 @@ def run(smoke: bool) -> Result:
             "replicas": 2,
             "burst": count,
             "paced_events": paced,
-            "reference": reference_is,
+            "reference": reference.says,
             "filed_events_per_s": before.FILED,
             **results,
         },
-        note=f"lowest ratio: {slowest}; reference: {reference_is}; "
+        note=f"lowest ratio: {slowest}; reference: {reference.says}; "
         + "; ".join(
             f"{s}: {r['events_per_s']:.0f} events/s against {r['before_events_per_s']:.0f} "
             f"({r['ratio_to_before']:.1f}x), burst p50 "
