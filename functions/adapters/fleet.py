@@ -554,6 +554,7 @@ def write_statuses(deps: Deps, observed: Observed, executed: Executed) -> dict[A
         report = chosen[key]
 
         def desired(current: Obj) -> Obj | None:
+            this = report
             if current is not observed.objects[key]:  # re-read after a conflict: is it the same?
                 fresh = (
                     facts.vllm_adapter(current, deps.settings.mount_root)
@@ -562,14 +563,17 @@ def write_statuses(deps: Deps, observed: Observed, executed: Executed) -> dict[A
                 )
                 if _identity(fresh) != _identity(planned):
                     return None
+                if fresh.served != planned.served:  # pods recorded meanwhile by another invocation
+                    world = serving.with_records(executed.after, key, fresh.served, executed.outcomes)
+                    this = serving.serving_report(world, executed.desire, key, executed.outcomes)
             generation = facts.meta(current).get("generation")
             status = dict(facts.status(current))
             if key.kind == "vllm":
-                serving_report = report if planned.serve == "serve" else None
+                serving_report = this if planned.serve == "serve" else None
                 return vllm_status(status, serving_report, used_by[key], planned.serve, generation, now)
             served = planned.serve == "serve"
             return sglang_status(
-                status, report, planned.lora_path, generation, now, serving.redacted(planned), served
+                status, this, planned.lora_path, generation, now, serving.redacted(planned), served
             )
 
         return deps.kube.write_status(

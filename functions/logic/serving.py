@@ -522,6 +522,27 @@ def apply(world: World, outcomes: Iterable[Outcome]) -> World:
     return world._replace(pods=pods, adapters=adapters)
 
 
+def with_records(
+    world: World, key: AdapterKey, records: Mapping[str, str], outcomes: Iterable[Outcome]
+) -> World:
+    """`world` (after `outcomes`) with the vllm adapter's served records as a newer read says,
+    but for the pods whose records these outcomes changed. Another invocation may have loaded
+    other pods since this one observed them (a load beside a reload): its records are newer
+    than this invocation's view of those pods, and a status written from that view would put
+    their older records back."""
+    adapter = world.adapters.get(key)
+    if adapter is None:
+        return world
+    changed = {
+        o.action.pod
+        for o in outcomes
+        if o.action.adapter == key and o.ok and o.reason != reasons.POD_ALREADY_LOADED
+    }
+    served = {pod: fs for pod, fs in records.items() if pod not in changed}
+    served |= {pod: fs for pod, fs in adapter.served.items() if pod in changed}
+    return world._replace(adapters={**world.adapters, key: adapter._replace(served=served)})
+
+
 def _listing_of(world: World, target: TargetKey, pod: str) -> Listing:
     return next((p.listing for p in world.pods.get(target, ()) if p.name == pod), None)
 

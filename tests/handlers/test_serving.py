@@ -121,6 +121,34 @@ def test_a_pod_serving_an_older_file_set_is_replaced_in_place() -> None:
     assert {r["pod"]: r["fileSet"] for r in status["served"]} == {"d1-0": FILE_SET, "d1-1": FILE_SET}
 
 
+def test_a_record_another_step_wrote_meanwhile_is_not_put_back() -> None:
+    """reload into restarted d1-1 observes d1-0 serving an older set; before reload writes, load
+    replaces d1-0 and records it (the write it meets is a newer object). reload's status keeps
+    load's record of d1-0 beside its own of d1-1; from its own view it would write d1-0's older
+    record back, and the pod, serving the current set, would read as stale."""
+    cluster, pods = vllm_world(served=[{"pod": "d1-0", "fileSet": "md5set:older"}])
+    cluster.engines.engine(url_of(pods[0])).loaded["a1"] = ROOT
+    write = cluster.kube.write_status
+
+    def load_writes_first(kind: Any, namespace: str, name: str, desired: Any, current: Any = None) -> Any:
+        cluster.kube.write_status = write  # type: ignore[method-assign]
+        write(
+            kind,
+            namespace,
+            name,
+            lambda obj: {**obj["status"], "served": [{"pod": "d1-0", "fileSet": FILE_SET}]},
+        )
+        return write(kind, namespace, name, desired, current)
+
+    cluster.kube.write_status = load_writes_first  # type: ignore[method-assign]
+    reply = cluster.run(reload, api_event("update", pods[1]))
+    assert reply is not None and reply.get_data()["adapters"] == ["a1"]  # type: ignore[index]
+    status = cluster.status(VLLM_ADAPTER, "team-a", "a1")
+    assert {r["pod"]: r["fileSet"] for r in status["served"]} == {"d1-0": FILE_SET, "d1-1": FILE_SET}
+    loaded = cluster.condition(VLLM_ADAPTER, "team-a", "a1", "Loaded")
+    assert (loaded["status"], loaded["reason"]) == ("True", "Loaded")
+
+
 def test_a_static_adapter_of_the_same_name_is_never_touched() -> None:
     cluster, pods = vllm_world(replicas=1)
     cluster.engines.engine(url_of(pods[0])).loaded["a1"] = "/models/static/a1"

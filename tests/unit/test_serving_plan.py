@@ -449,6 +449,42 @@ def test_loads_that_succeeded_are_served_and_recorded() -> None:
     assert loaded.summarize(report).message == "loaded in 2 Ready pod(s): d1 2/2"
 
 
+OLD_SET = "md5set:older"
+
+
+def test_records_written_meanwhile_by_another_invocation_are_kept() -> None:
+    """A reload into restarted p1 observed p0 serving the older set; before its status write, a
+    load replaced p0 and recorded it. The write, re-read after its 409, keeps load's record of
+    p0 and adds its own of p1: not the older p0 it once observed (a pod then called stale while
+    its engine serves the current set)."""
+    key = AdapterKey("vllm", "ns", "a1")
+    w = world([vllm(served={"p0": OLD_SET})], [md()], {D1: {"p0": {"a1": root()}, "p1": {}}})
+    outcomes = [outcome("load", "p1")]
+    after = serving.apply(w, outcomes)
+    desire = serving.desired(after)
+    observed = serving.serving_report(after, desire, key, outcomes)
+    assert observed.served == {"p0": OLD_SET, "p1": VLLM_SET}  # what the write would have put back
+    newer = serving.with_records(after, key, {"p0": VLLM_SET}, outcomes)
+    report = serving.serving_report(newer, desire, key, outcomes)
+    assert report.served == {"p0": VLLM_SET, "p1": VLLM_SET}
+    assert loaded.summarize(report)[:2] == ("True", reasons.LOADED_REASON)
+
+
+def test_a_pods_record_this_invocation_changed_is_its_own() -> None:
+    """What this invocation's calls did to a pod wins over an older read of it: its load of p0,
+    its unload from p1 (the record goes), and not an "already loaded" (someone else's load)."""
+    key = AdapterKey("vllm", "ns", "a1")
+    w = world([vllm(served={"p1": VLLM_SET})], [md()], {D1: {"p0": {}, "p1": {"a1": root()}, "p2": {}}})
+    outcomes = [
+        outcome("load", "p0"),
+        outcome("unload", "p1", reason=reasons.POD_UNLOADED),
+        outcome("load", "p2", reason=reasons.POD_ALREADY_LOADED),
+    ]
+    after = serving.apply(w, outcomes)
+    newer = serving.with_records(after, key, {"p0": OLD_SET, "p1": OLD_SET, "p2": VLLM_SET}, outcomes)
+    assert newer.adapters[key].served == {"p0": VLLM_SET, "p2": VLLM_SET}
+
+
 @pytest.mark.parametrize(
     ("pods", "outcomes", "expected"),
     [
