@@ -5,9 +5,10 @@ day: this machine's speed drifts by up to 1.7x within an hour, and the old code 
 ours when it does (it spends more CPU per event). So the reference is measured again, here:
 the tree of `BEFORE_COMMIT` is taken from git (`git archive`, no worktree is registered), given
 its own virtualenv by its own Makefile (`make venv`, once, kept under .bench-cache/), and its
-`python -m bench --only throughput` runs before ours and again after; the reference is the mean
-of the two, which cancels a drift that is linear in time. Where the old tree cannot be built
-(no git history, no registry), the row falls back to the filed figures and says why.
+`python -m bench --only throughput` runs before ours and after each of our rounds; each round is
+held to the mean of the two runs that bracket it, which cancels a drift that is linear in time.
+Where the old tree cannot be built (no git history, no registry), the row falls back to the
+filed figures and says why.
 """
 
 from __future__ import annotations
@@ -102,3 +103,11 @@ class Reference:
             return dict(FILED), []
         mean = {step: round(sum(run[step] for run in self.runs) / len(self.runs), 1) for step in FILED}
         return mean, self.runs
+
+    def brackets(self, rounds: int) -> list[dict[str, float]]:
+        """For each of our `rounds` (each run between two of the old code's), the mean of the
+        runs before and after it; the filed figures unless every run was measured."""
+        if self._where is None or len(self.runs) != rounds + 1:
+            return [dict(FILED) for _ in range(rounds)]
+        pairs = zip(self.runs, self.runs[1:], strict=False)
+        return [{step: round((a[step] + b[step]) / 2, 1) for step in FILED} for a, b in pairs]

@@ -68,3 +68,18 @@ def test_a_tree_that_cannot_be_built_is_said(monkeypatch: pytest.MonkeyPatch) ->
     reference.measure()
     assert reference.figures() == (before.FILED, [])
     assert "could not be built (no git here)" in reference.says
+
+
+def test_each_round_is_held_to_the_runs_on_either_side(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    where = old_tree(tmp_path, stat=80.0, load=50.0)
+    monkeypatch.setattr(before, "tree", lambda: where)
+    reference = before.Reference(smoke=False)
+    python = where / ".venv" / "bin" / "python"
+    script = python.read_text()
+    for stat in (80.0, 90.0, 70.0):  # the old code's stat figure in its three runs
+        python.write_text(script.replace('"events_per_s": 80.0', f'"events_per_s": {stat}'))
+        reference.measure()
+    assert [b["stat"] for b in reference.brackets(2)] == [85.0, 80.0]
+    assert reference.brackets(3) == [before.FILED] * 3  # a run short: nothing measured is mixed in
