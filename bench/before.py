@@ -70,7 +70,8 @@ def measure(where: Path) -> dict[str, float]:
 
 
 class Reference:
-    """Row 9's reference for one run: `measure()` before and after ours, then `figures()`. Any
+    """Row 9's reference for one run: `measure()` before ours and after each of our rounds,
+    then `brackets()` (each round's reference) and `figures()` (the runs, and their mean). Any
     failure (the tree cannot be built, a run of it fails) turns the whole reference into the
     filed figures, with the reason in `says`: a mean of a measured and a filed figure means
     nothing."""

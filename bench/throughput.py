@@ -211,6 +211,7 @@ PACED_P99_MS = 1000.0
 ROUNDS = 2
 """Our row 9 runs twice, each round between two runs of the old code: one pair varies by ~15%
 on this machine, the mean of two by less."""
+STEPS = ("stat", "load")
 
 
 def _round(adapters: list[str], count: int, paced: int, sequential: int, first: bool) -> dict[str, Any]:
@@ -228,16 +229,12 @@ def _round(adapters: list[str], count: int, paced: int, sequential: int, first: 
     return results
 
 
-STEPS = ("stat", "load")
-
-
 def run(smoke: bool) -> Result:
     adapters = [f"t{i:02d}" for i in range(4 if smoke else 20)]
     count = 40 if smoke else 400
     sequential = 5 if smoke else 40
     paced = 30 if smoke else 300
     rounds = 1 if smoke else ROUNDS
-    steps = STEPS
     reference = before.Reference(smoke)
     reference.measure()
     ours: list[dict[str, Any]] = []
@@ -245,6 +242,7 @@ def run(smoke: bool) -> Result:
         ours.append(_round(adapters, count, paced, sequential, first=index == 0))
         reference.measure()
     brackets = reference.brackets(rounds)
+    _, before_runs = reference.figures()
     results = ours[0]
     for step, r in results.items():
         each = [
@@ -259,11 +257,11 @@ def run(smoke: bool) -> Result:
         r["rounds"] = each
         r["events_per_s"] = round(sum(e["events_per_s"] for e in each) / rounds, 1)
         r["before_events_per_s"] = round(sum(e["before_events_per_s"] for e in each) / rounds, 1)
-        r["before_runs_events_per_s"] = [run[step] for run in reference.figures()[1]]
+        r["before_runs_events_per_s"] = [run[step] for run in before_runs]
         r["ratio_to_before"] = round(sum(e["ratio"] for e in each) / rounds, 2)
         r["ok"] = sum(got[step]["ok"] for got in ours)
         r["events"] = sum(got[step]["events"] for got in ours)
-    slowest = min(steps, key=lambda s: results[s]["ratio_to_before"])
+    slowest = min(STEPS, key=lambda s: results[s]["ratio_to_before"])
     answered = [(r["ok"], r["events"]) for r in results.values()] + [
         (r["paced"]["ok"], r["paced"]["events"]) for r in results.values()
     ]
