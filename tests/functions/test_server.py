@@ -1,11 +1,12 @@
 """The container's server (functions/edge/server.py, the Dockerfile's CMD) in its own process,
 over real HTTP: configured from the environment as a Knative Service configures it, serving the
 functions-framework app's answers, refusing a body too large before reading it and a header
-block too large before any Python sees it, serving eight requests at once, and finishing the
-request in flight when Knative stops the pod (SIGTERM)."""
+block too large before any Python sees it, serving eight requests at once, finishing the
+request in flight when Knative stops the pod (SIGTERM), and tuning the worker's cycle collector."""
 
 from __future__ import annotations
 
+import gc
 import os
 import signal
 import socket
@@ -22,6 +23,7 @@ from cloudevents.conversion import to_binary
 from cloudevents.http import CloudEvent
 
 from devstack.functions_host import ROOT, free_port, launch
+from functions.edge.server import YOUNG_COLLECTION
 from tests.support import served
 from tests.support.wait import eventually
 
@@ -125,6 +127,16 @@ def test_eight_requests_are_in_the_app_at_once() -> None:
             thread.join(40)
         # each waits at a barrier for all the others: a server running fewer at once breaks it
         assert statuses == [204] * served.TOGETHER
+
+
+def test_the_worker_collects_cycles_rarely_and_never_walks_the_app() -> None:
+    port = free_port()
+    with serving(launch("collector", SERVED, port), port) as url:
+        collector = httpx.get(url).json()
+    # a young collection after YOUNG_COLLECTION new objects, not CPython's 700; the older
+    # generations keep their defaults
+    assert collector["threshold"] == [YOUNG_COLLECTION, *gc.get_threshold()[1:]]
+    assert collector["frozen"] > 10_000  # the modules and the app, out of every collection
 
 
 def test_sigterm_lets_the_request_in_flight_finish() -> None:

@@ -1,9 +1,10 @@
 """Functions that show how the container's server runs the functions-framework app
 (tests/functions/test_server.py): how many requests it serves at once, and what it does with one
-in flight when it is told to stop."""
+in flight when it is told to stop, and how its cycle collector is tuned."""
 
 from __future__ import annotations
 
+import gc
 import threading
 import time
 
@@ -32,3 +33,9 @@ def slow(request: flask.Request) -> tuple[str, int]:
         return "ok\n", 200  # the probe
     time.sleep(float(request.args.get("s", "1")))
     return "done\n", 200
+
+
+@functions_framework.http
+def collector(request: flask.Request) -> dict[str, object]:
+    """The worker's cycle collector as a request finds it: thresholds, and objects frozen."""
+    return {"threshold": list(gc.get_threshold()), "frozen": gc.get_freeze_count()}
