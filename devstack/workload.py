@@ -26,6 +26,7 @@ from typing import Any, Literal
 from kubernetes import client, watch
 
 from devstack.standins.engines import EngineFleet, EngineReplica
+from devstack.standins.engines.base import MountCache
 from functions.resources.kinds import (
     INFERENCE_SERVICE,
     INFERENCE_SERVICE_LABEL,
@@ -121,6 +122,8 @@ class Workload:
         self.fleet = fleet if fleet is not None else EngineFleet(port=0)
         self.mount_root = mount_root
         self.engine_defaults = engine_defaults
+        self.mount = MountCache()
+        """The SeaweedFS mount of this node, which every engine here reads through."""
         self._lock = threading.RLock()
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
@@ -172,6 +175,7 @@ class Workload:
             runtime,
             served_model=spec.get("model") or meta["name"],
             mount_root=self.mount_root,
+            filer_cache=self.mount,
             **self.engine_defaults,
         )
         self._core.create_namespaced_pod(namespace, pod_body(kind, target, name, replica))

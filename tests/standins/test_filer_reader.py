@@ -1,5 +1,6 @@
-"""The engine stand-in's FilerReader (what an engine reads through its SeaweedFS mount), against
-the real filer, with faults from a FaultProxy in front of it."""
+"""The engine stand-in's FilerReader (what an engine reads through its SeaweedFS mount, and what a
+node's mount keeps of what its engines read), against the real filer, with faults from a
+FaultProxy in front of it."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ import httpx
 import pytest
 
 from devstack.seaweedfs import FaultProxy, shared
-from devstack.standins.engines.base import FilerReader, FilerUnreadable
+from devstack.standins.engines.base import FilerReader, FilerUnreadable, MountCache
 
 CONFIG = b'{"peft_type": "LORA", "r": 8}'
 WEIGHTS = b"w" * 3_000_000  # more than one 1 MiB chunk
@@ -76,3 +77,51 @@ def test_a_new_connection_that_fails_is_the_mounts_io_error(proxy: FaultProxy, d
         reader.read(directory)
     assert reader.read(directory) is not None
     reader.close()
+
+
+def test_engines_on_one_node_read_a_file_once_until_it_is_written_again(
+    proxy: FaultProxy, directory: str
+) -> None:
+    node = MountCache()
+    first, second = FilerReader(proxy.url, cache=node), FilerReader(proxy.url, cache=node)
+    read = first.read(directory)
+    assert proxy.requests == 3  # the listing, then each file
+    # the real filer lists each file's chunks: a second engine on the node reads the listing only
+    assert second.read(directory) == read
+    assert proxy.requests == 4
+    weights = b"v" * 2_000_000
+    with httpx.Client(timeout=30) as http:
+        put = http.put(shared().server.url + directory + "adapter_model.safetensors", content=weights)
+        put.raise_for_status()
+    # written again: new chunks, read again; the config's chunks are the same, not read again
+    again = second.read(directory)
+    assert again is not None and again.config == CONFIG
+    assert again.md5s["adapter_model.safetensors"] == hashlib.md5(weights, usedforsecurity=False).hexdigest()
+    assert proxy.requests == 6
+    # an engine with a mount of its own (another node) reads every file
+    assert FilerReader(proxy.url, cache=MountCache()).read(directory) == again
+    assert proxy.requests == 9
+    for reader in (first, second):
+        reader.close()
+
+
+def _identity(entry: dict[str, object]) -> tuple[object, ...]:
+    found = MountCache.identity(entry)
+    assert found is not None
+    return found
+
+
+def test_the_mount_cache_keeps_the_most_recently_read(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(MountCache, "MAX_FILES", 2)
+    node = MountCache()
+    a, b, c = (_identity({"FileSize": 1, "chunks": [{"file_id": f"1,{n:x}", "size": 1}]}) for n in range(3))
+    assert len({a, b, c}) == 3
+    node.put(a, "a", None)
+    node.put(b, "b", None)
+    assert node.get(a) == ("a", None)  # used: b is now the least recent
+    node.put(c, "c", None)
+    assert node.get(b) is None
+    assert node.get(a) == ("a", None) and node.get(c) == ("c", None)
+    # no chunks named (content in the entry, or a filer that lists none): never cached
+    assert MountCache.identity({"FileSize": 3, "Content": "YWJj"}) is None
+    assert MountCache.identity({"FileSize": 3, "chunks": [{"size": 3}]}) is None
