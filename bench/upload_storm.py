@@ -111,10 +111,13 @@ def _storm(stack: Stack, probe: Probe, names: list[str], timeout: float) -> dict
         deadline = started + timeout
         while pending and time.perf_counter() < deadline:
             now = time.perf_counter()
-            # one copy of each engine's listing per poll, and the object only of an adapter every
-            # engine lists: the probe shares this interpreter with the stand-ins it measures
-            listed = set.intersection(*(set(r.loaded) for r in probe.replicas))
-            for name in [n for n in pending if n in listed and n in written]:
+            # each engine asked only about the adapters still pending that every engine before
+            # it serves, and the object read only of one every engine serves: the probe shares
+            # this interpreter with the stand-ins it measures
+            listed = {n for n in pending if n in written}
+            for replica in probe.replicas:
+                listed = replica.serving(listed)
+            for name in listed:
                 conditions = probe.conditions(name)
                 if conditions.get("Ready") == "True" and conditions.get("Loaded") == "True":
                     done[name] = now

@@ -96,6 +96,13 @@ def test_vllm_load_unload_success_text(vllm: VllmReplica, client: httpx.Client) 
     assert vllm.loaded == {}
 
 
+def test_a_replica_says_which_of_some_names_it_serves(vllm: VllmReplica, client: httpx.Client) -> None:
+    assert vload(client, vllm, "a", path_of("a")).status_code == 200
+    assert vload(client, vllm, "b", path_of("b")).status_code == 200
+    assert vllm.serving(["a", "c", "b", "gone"]) == {"a", "b"}
+    assert vllm.serving([]) == set()
+
+
 def test_vllm_already_loaded_and_inplace(vllm: VllmReplica, client: httpx.Client, mount: Path) -> None:
     assert vload(client, vllm, "a", path_of("a")).status_code == 200
     resp = vload(client, vllm, "a", path_of("a"))

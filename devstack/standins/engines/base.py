@@ -19,7 +19,7 @@ import threading
 import time
 import urllib.parse
 from collections import OrderedDict, deque
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from email.message import Message
 from http.server import ThreadingHTTPServer
@@ -656,6 +656,11 @@ class EngineReplica:
     def loaded(self) -> dict[str, str]:
         with self._lock:
             return {a.name: a.path for a in self._adapters.values()}
+
+    def serving(self, names: Iterable[str]) -> set[str]:
+        """Those of `names` served now: a probe's question, without copying every adapter."""
+        with self._lock:
+            return {name for name in names if name in self._adapters}
 
     def adapters(self) -> list[LoadedAdapter]:
         with self._lock:
