@@ -63,9 +63,9 @@ def loader(source: str) -> Callable[[str], Any]:
 
 
 def settle_collector() -> None:
-    """Tune the worker's cycle collector once its app is built: the modules and the app live as
-    long as the worker, so they are frozen out of the collector's generations (`gc.freeze`) and
-    a full collection walks only what requests made; young collections wait for
+    """Tune the worker's cycle collector once its app is built: the app lives as long as the
+    worker, so it is frozen out of the collector's generations as the step's modules were
+    (main.py) and a full collection walks only what requests made; young collections wait for
     YOUNG_COLLECTION new objects."""
     gc.collect()
     gc.freeze()
