@@ -24,6 +24,17 @@ end is closed, never reused. A request is sent again on a new connection as Go's
 and only when not one byte of the request had been written, or when the request is a GET and
 the server closed or reset the connection before the first byte of an answer. A POST that may
 have reached the engine is never sent twice (a vLLM load sent again answers "already loaded").
+
+Every socket call releases the GIL, and in a busy function process each release hands the
+interpreter to another request thread and takes it back: two context switches, ~8 us each on
+this machine's VM (`perf bench sched pipe`), whether the call waited or not. A Python socket
+timeout adds a `poll` before every send and receive, and an idle connection's check was a
+`select`: three releases per exchange that never wait. So on Linux a plain (not TLS) socket
+stays in blocking mode with the kernel's own per-call timeouts (SO_SNDTIMEO, SO_RCVTIMEO, set
+from what is left before each call; set without releasing the GIL), and an idle connection is
+checked by its TCP state (TCP_INFO: the server's FIN or RST moved it out of ESTABLISHED), also
+without a release. TLS sockets keep Python's timeouts: CPython's SSL read retries a blocking
+socket's EAGAIN forever instead of raising.
 """
 
 from __future__ import annotations
@@ -33,6 +44,8 @@ import io
 import select
 import socket
 import ssl
+import struct
+import sys
 import threading
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
@@ -45,6 +58,11 @@ from functions.adapters import http1
 
 STALE = (ConnectionError, http.client.RemoteDisconnected, http.client.BadStatusLine, ssl.SSLEOFError)
 """What a kept connection the server closed raises on its next use (before any answer)."""
+KERNEL_TIMEOUTS = sys.platform.startswith("linux")
+"""Plain sockets blocking, bounded by SO_SNDTIMEO / SO_RCVTIMEO (a struct timeval of two C
+longs on Linux); elsewhere Python's socket timeouts, as TLS sockets everywhere."""
+_TCP_ESTABLISHED = 1
+"""tcpi_state, the first byte of Linux's struct tcp_info (include/net/tcp_states.h)."""
 
 
 class Answer(NamedTuple):
@@ -78,27 +96,45 @@ class Deadline(NamedTuple):
         return left
 
 
-class _DeadlineReader(io.RawIOBase):
-    """A socket's receive side with each receive bounded by what is left of the deadline, so
-    that a server trickling its status line, headers or body one byte at a time is still cut
-    off at the deadline (a per-read timeout alone would wait for it forever)."""
+class _Receiver(io.RawIOBase):
+    """A socket's receive side for one answer, read straight from the socket (`makefile`'s
+    SocketIO reads a kernel timeout's EAGAIN as "no data yet"). With a deadline each receive is
+    bounded by what is left of it, so that a server trickling its status line, headers or body
+    one byte at a time is still cut off at the deadline (a per-read timeout alone would wait
+    for it forever); without one, by the timeout the round trip set (`_Connection.bound`)."""
 
-    def __init__(self, raw: io.RawIOBase, sock: socket.socket, deadline: Deadline) -> None:
+    def __init__(self, sock: socket.socket, deadline: Deadline | None = None) -> None:
         super().__init__()
-        self._raw = raw  # the socket's own file (it keeps the socket open until it is closed)
         self._sock = sock
         self._deadline = deadline
 
     def readable(self) -> bool:
         return True
 
-    def readinto(self, buffer: Any) -> int | None:
-        self._sock.settimeout(self._deadline.left())
-        return self._raw.readinto(buffer)
+    def readinto(self, buffer: Any) -> int:
+        if self._deadline is not None:
+            _bound(self._sock, self._deadline.left(), socket.SO_RCVTIMEO)
+        try:
+            return self._sock.recv_into(buffer)
+        except BlockingIOError as err:  # the kernel's SO_RCVTIMEO ran out
+            raise TimeoutError("timed out") from err
 
-    def close(self) -> None:
-        self._raw.close()
-        super().close()
+
+def _bound(sock: socket.socket, seconds: float, option: int) -> None:
+    """Bound the socket's next send (SO_SNDTIMEO) or receive (SO_RCVTIMEO) by `seconds`: by
+    the kernel on a blocking plain socket, else by Python's socket timeout."""
+    if sock.gettimeout() is not None:
+        sock.settimeout(seconds)
+        return
+    micros = max(1, int(seconds * 1e6))  # 0 would mean no timeout at all
+    sock.setsockopt(socket.SOL_SOCKET, option, struct.pack("@ll", micros // 1_000_000, micros % 1_000_000))
+
+
+def _send_all(sock: socket.socket, data: bytes) -> None:
+    try:
+        sock.sendall(data)
+    except BlockingIOError as err:  # the kernel's SO_SNDTIMEO ran out
+        raise TimeoutError("timed out") from err
 
 
 class _Connection(http.client.HTTPConnection):
@@ -121,20 +157,32 @@ class _Connection(http.client.HTTPConnection):
         self._server_name = server_name
         self.written = 0
         """Bytes of the current exchange's request handed to the kernel (0: none can have left)."""
+        self.bounded: float | None = None
+        """The bound every socket call has now (None: each is bounded as it is made)."""
 
     def connect(self) -> None:
         super().connect()
         if self._context is not None:
             self.sock = self._context.wrap_socket(self.sock, server_hostname=self._server_name or self.host)
-        self.sock.settimeout(self._read_timeout)
+        elif KERNEL_TIMEOUTS:
+            self.sock.settimeout(None)  # blocking: each call is bounded by the kernel (`_bound`)
+        self.per_call(self._read_timeout)
 
     def bound(self, timeout: float | None) -> None:
         """Each socket operation of the next round trip takes at most `timeout` (None: the
         connection's read timeout); a connection made for it connects within that too."""
         self.timeout = min(timeout, self._connect_timeout) if timeout else self._connect_timeout
         self._read_timeout = timeout or self._default_read_timeout
-        if self.sock is not None:
-            self.sock.settimeout(self._read_timeout)
+        if self.sock is not None and self.bounded != self._read_timeout:
+            self.per_call(self._read_timeout)
+
+    def per_call(self, seconds: float | None) -> None:
+        """Bound every send and receive by `seconds` from now on (None: an exchange bounds each
+        call itself, by what is left of its deadline)."""
+        if seconds is not None:
+            _bound(self.sock, seconds, socket.SO_RCVTIMEO)
+            _bound(self.sock, seconds, socket.SO_SNDTIMEO)
+        self.bounded = seconds
 
 
 class KeepAlive:
@@ -255,14 +303,18 @@ class KeepAlive:
             if connection.sock is None:
                 connection.timeout = min(deadline.left(), self._timeouts[0])
                 connection.connect()
+            connection.per_call(None)  # each call below is bounded by what is left of the deadline
             sock = connection.sock
             view = memoryview(wire)
             while view:  # counted, so that a failure knows whether any byte left (sendall does not say)
-                sock.settimeout(deadline.left())
-                sent = sock.send(view)
+                _bound(sock, deadline.left(), socket.SO_SNDTIMEO)
+                try:
+                    sent = sock.send(view)
+                except BlockingIOError as err:  # the kernel's SO_SNDTIMEO ran out
+                    raise TimeoutError("timed out") from err
                 connection.written += sent
                 view = view[sent:]
-            answer = io.BufferedReader(_DeadlineReader(sock.makefile("rb", buffering=0), sock, deadline))
+            answer = io.BufferedReader(_Receiver(sock, deadline))
             try:
                 head = http1.read_head(answer, method)
             except BaseException:
@@ -286,8 +338,8 @@ class KeepAlive:
         if connection.sock is None:
             connection.connect()
         wire = http1.request_bytes(method, self._prefix + target or "/", self._authority, headers, body)
-        connection.sock.sendall(wire)
-        with connection.sock.makefile("rb") as answer:
+        _send_all(connection.sock, wire)
+        with io.BufferedReader(_Receiver(connection.sock)) as answer:
             head, content = http1.read_answer(answer, method)
         if head.will_close:
             connection.close()
@@ -299,7 +351,7 @@ class KeepAlive:
                 connection = self._idle.pop() if self._idle else None
             if connection is None:
                 return self._new(), False
-            if connection.sock is not None and not _readable(connection.sock):
+            if connection.sock is not None and not _closed_or_unread(connection.sock):
                 return connection, True
             connection.close()  # closed by the server (or sent what nobody asked for)
 
@@ -329,8 +381,17 @@ def may_send_again(method: str, written: int, err: Exception) -> bool:
     return method == "GET" and isinstance(err, STALE)  # closed before any answer; GET is idempotent
 
 
-def _readable(sock: socket.socket) -> bool:
-    """An idle keep-alive socket has nothing to read; readable means EOF (closed) or garbage."""
+def _closed_or_unread(sock: socket.socket) -> bool:
+    """Whether an idle keep-alive socket is unfit for the next request: the server closed it
+    (its FIN or RST took it out of ESTABLISHED), or, where TCP_INFO is missing, it is readable
+    (EOF or bytes nobody asked for). On Linux bytes sent unasked on a connection the server
+    keeps open are read as the next answer's start: a malformed answer, that server's own
+    failure (a pod's connections are its own, and its answers untrusted anyway)."""
+    if KERNEL_TIMEOUTS:
+        try:
+            return sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, 1)[0] != _TCP_ESTABLISHED
+        except OSError:
+            return True
     try:
         ready, _, _ = select.select([sock], [], [], 0)
     except (OSError, ValueError):

@@ -7,6 +7,7 @@ from __future__ import annotations
 import http.client
 import socket
 import ssl
+import struct
 import threading
 import time
 from collections.abc import Iterator
@@ -17,7 +18,7 @@ import httpx
 import pytest
 
 from devstack.standins.kube import KubeServer
-from functions.adapters.keepalive import KeepAlive, may_send_again
+from functions.adapters.keepalive import Deadline, KeepAlive, may_send_again
 
 
 class Counting(ThreadingHTTPServer):
@@ -81,6 +82,74 @@ def test_a_kept_connection_the_server_closed_is_replaced(server: Counting) -> No
         assert client.request("GET", f"/{i}", {}, None).body == f"/{i} ".encode()
         time.sleep(0.02)  # the server's close reaches us: the next request sees a readable socket
     assert server.connections == 5
+
+
+def one_answer_per_connection(listener: socket.socket, reset: bool, accepted: list[int]) -> None:
+    """Answer one request on each connection, then close it (`reset`: abortively, an RST)."""
+    while True:
+        try:
+            conn, _ = listener.accept()
+        except OSError:
+            return
+        accepted.append(1)
+        conn.recv(65536)
+        conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+        if reset:
+            conn.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        conn.close()
+
+
+@pytest.mark.parametrize("reset", [False, True], ids=["fin", "rst"])
+def test_an_idle_connection_the_server_closed_is_never_sent_on(reset: bool) -> None:
+    """Found out before reuse, not by sending: with replay off, a request sent on the stale
+    socket would fail. A server's close (FIN) and its abortive close (RST) alike."""
+    listener = socket.create_server(("127.0.0.1", 0))
+    accepted: list[int] = []
+    threading.Thread(target=one_answer_per_connection, args=(listener, reset, accepted), daemon=True).start()
+    client = KeepAlive(f"http://127.0.0.1:{listener.getsockname()[1]}", replay=False)
+    for _ in range(3):
+        assert client.request("POST", "/", {}, b"{}").body == b"ok"
+        time.sleep(0.05)  # the close reaches us while the connection is idle
+    listener.close()
+    assert len(accepted) == 3
+
+
+def test_a_request_the_server_never_reads_is_a_timeout() -> None:
+    """The send side is bounded too: a server that stops reading cannot hold a sender."""
+    listener = socket.create_server(("127.0.0.1", 0))
+    held: list[socket.socket] = []
+    threading.Thread(target=lambda: held.append(listener.accept()[0]), daemon=True).start()
+    client = KeepAlive(f"http://127.0.0.1:{listener.getsockname()[1]}", read_timeout=0.3)
+    started = time.monotonic()
+    with pytest.raises(httpx.TimeoutException):
+        client.request("POST", "/", {}, b"x" * (64 << 20))  # more than the kernel's buffers hold
+    assert time.monotonic() - started < 5
+    listener.close()
+
+
+def test_a_round_trip_after_an_exchange_has_its_own_bound() -> None:
+    """An exchange bounds each call by what is left of its deadline; the next round trip on the
+    same connection is bounded by its own timeout again, not by that remainder."""
+    listener = socket.create_server(("127.0.0.1", 0))
+    accepted: list[int] = []
+
+    def serve() -> None:
+        conn, _ = listener.accept()
+        accepted.append(1)
+        with conn:
+            for delay in (0.0, 0.6):
+                conn.recv(65536)
+                time.sleep(delay)
+                conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+
+    threading.Thread(target=serve, daemon=True).start()
+    client = KeepAlive(f"http://127.0.0.1:{listener.getsockname()[1]}", read_timeout=5)
+    deadline = Deadline(time.monotonic() + 0.3, time.monotonic)
+    with client.exchange("GET", "/", {}, None, deadline) as answer:
+        assert answer.body.read1() == b"ok" and answer.body.done
+    assert client.request("GET", "/", {}, None).body == b"ok"  # answered 0.6 s later: within 5 s
+    assert accepted == [1]  # on the connection the exchange kept
+    listener.close()
 
 
 def test_a_connection_closed_right_under_the_request_is_retried_once() -> None:
