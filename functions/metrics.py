@@ -106,6 +106,9 @@ class Family(Generic[V]):
         registry.register(self)
 
     def labels(self, *values: str) -> V:
+        found = self._values.get(values)  # label values seen before: a dict read (atomic)
+        if found is not None:
+            return found
         if len(values) != len(self.labelnames):
             raise ValueError(f"{self.name} takes labels {self.labelnames}, got {values}")
         key = tuple(str(v) for v in values)
