@@ -4,7 +4,8 @@ against its payload model, and every outgoing event built in one place (`reply`)
 from __future__ import annotations
 
 import json
-from typing import TypeVar
+from collections.abc import Iterator
+from typing import Any, TypeVar
 from uuid import uuid4
 
 import flask
@@ -47,7 +48,9 @@ def parse(request: flask.Request) -> CloudEvent:
     """A CloudEvent from a binary- or structured-mode request, or Reject naming the problem."""
     body = body_of(request)
     try:
-        event = binary_mode.read(request.headers.items(), body) or from_http(dict(request.headers), body)
+        event = binary_mode.read(_binary_headers(request.environ), body) or from_http(
+            dict(request.headers), body
+        )
     except (GenericException, ValueError, TypeError, AttributeError, RecursionError) as err:
         # RecursionError: JSON nested deeper than the decoder's limit (`[[[[...`) is garbage too.
         raise Reject(f"not a valid CloudEvent: {err}") from err
@@ -55,6 +58,18 @@ def parse(request: flask.Request) -> CloudEvent:
         if not isinstance(event.get(attribute), str) or not event.get(attribute):
             raise Reject(f"CloudEvent attribute {attribute!r} is missing or empty")
     return event
+
+
+def _binary_headers(environ: dict[str, Any]) -> Iterator[tuple[str, str]]:
+    """The headers binary mode reads (Content-Type and `ce-*`), straight from the WSGI environ
+    as werkzeug's EnvironHeaders names them, without building every other header's name first
+    (a few percent of a load event's CPU)."""
+    content_type = environ.get("CONTENT_TYPE")
+    if content_type:  # an empty one is no header (EnvironHeaders skips it too)
+        yield "content-type", content_type
+    for key, value in environ.items():
+        if key.startswith("HTTP_CE_"):
+            yield "ce-" + key[8:].replace("_", "-").lower(), value
 
 
 def data_as(event: CloudEvent, model: type[P]) -> P:

@@ -11,9 +11,10 @@ from cloudevents.conversion import to_binary
 from cloudevents.http import CloudEvent, from_http
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from werkzeug.datastructures import EnvironHeaders
 
 from events import catalog
-from functions.edge import binary_mode
+from functions.edge import binary_mode, messages
 
 TEXT = st.text(st.characters(min_codepoint=32, max_codepoint=126), max_size=12)
 CORE = ["id", "source", "type", "specversion", "time", "subject", "dataschema", "datacontenttype"]
@@ -105,3 +106,20 @@ def test_write_gives_the_sdks_headers_and_body(event_type: str) -> None:
     their_headers, their_body = to_binary(event)
     assert mine_headers == their_headers
     assert mine_body == their_body
+
+
+@given(
+    st.dictionaries(
+        st.sampled_from(
+            ["HTTP_CE_ID", "HTTP_CE_LORAFLOWSTEP", "HTTP_CE_SPEC_VERSION", "HTTP_TRACEPARENT", "HTTP_HOST",
+             "CONTENT_TYPE", "CONTENT_LENGTH", "HTTP_CONTENT_TYPE", "SERVER_NAME", "wsgi.input"]
+        ),
+        st.sampled_from(["", "a", "application/json", "1.0"]),
+    )
+)  # fmt: skip
+def test_the_headers_binary_mode_reads_are_werkzeugs_own(environ: dict[str, str]) -> None:
+    """The shell hands binary mode its headers from the WSGI environ: Content-Type and `ce-*`,
+    named and valued as werkzeug's EnvironHeaders (what flask.Request.headers is) gives them."""
+    theirs = [(k.lower(), v) for k, v in EnvironHeaders(environ).items()]
+    wanted = [(k, v) for k, v in theirs if k == "content-type" or k.startswith("ce-")]
+    assert sorted(messages._binary_headers(environ)) == sorted(wanted)
