@@ -63,6 +63,10 @@ KERNEL_TIMEOUTS = sys.platform.startswith("linux")
 longs on Linux); elsewhere Python's socket timeouts, as TLS sockets everywhere."""
 _TCP_ESTABLISHED = 1
 """tcpi_state, the first byte of Linux's struct tcp_info (include/net/tcp_states.h)."""
+RECEIVE_BYTES = 64 << 10
+"""What one receive may bring: an engine's listing of 20 adapters is 9.4 KB, a page of pods
+or adapters tens of KB, each one receive (and one let-go of the GIL) where io's default of
+8 KiB took two or more."""
 
 
 class Answer(NamedTuple):
@@ -314,7 +318,7 @@ class KeepAlive:
                     raise TimeoutError("timed out") from err
                 connection.written += sent
                 view = view[sent:]
-            answer = io.BufferedReader(_Receiver(sock, deadline))
+            answer = io.BufferedReader(_Receiver(sock, deadline), RECEIVE_BYTES)
             try:
                 head = http1.read_head(answer, method)
             except BaseException:
@@ -339,7 +343,7 @@ class KeepAlive:
             connection.connect()
         wire = http1.request_bytes(method, self._prefix + target or "/", self._authority, headers, body)
         _send_all(connection.sock, wire)
-        with io.BufferedReader(_Receiver(connection.sock)) as answer:
+        with io.BufferedReader(_Receiver(connection.sock), RECEIVE_BYTES) as answer:
             head, content = http1.read_answer(answer, method)
         if head.will_close:
             connection.close()
