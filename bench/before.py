@@ -1,31 +1,39 @@
-"""Row 9's reference: the code before issue 20, its own row 9 run beside ours in the same run.
+"""Row 9's reference: the code before issue 20, its own row 9 world running beside ours.
 
 The figures the issue was filed with (stat 152, load 116 events/s) were measured on a faster
-day: this machine's speed drifts by up to 1.7x within an hour, and the old code slows more than
-ours when it does (it spends more CPU per event). So the reference is measured again, here:
-the tree of `BEFORE_COMMIT` is taken from git (`git archive`, no worktree is registered), given
-its own virtualenv by its own Makefile (`make venv`, once, kept under .bench-cache/), and its
-`python -m bench --only throughput` runs before ours and after each of our rounds; each round is
-held to the mean of the two runs that bracket it, which cancels a drift that is linear in time.
-Where the old tree cannot be built (no git history, no registry), the row falls back to the
-filed figures and says why.
+day, and this machine's speed swings within seconds: a loop of fixed work on each core took
+150-300 ms of CPU per round, in spells of 5-30 s (a VM's neighbours), so two runs a minute
+apart compare two different machines. So the old code is measured here, burst by burst beside
+ours: the tree of `BEFORE_COMMIT` is taken from git (`git archive`, no worktree is registered),
+given its own virtualenv by its own Makefile (`make venv`, once, kept under .bench-cache/), and
+its interpreter runs bench/before_driver.py in it: the old row 9's world, set up by the old
+code's own `_setup`, answering one burst of its own nudges at a time (`OldStack`). Row 9 then
+alternates the two codes' bursts, and each pair's ratio is taken (bench/throughput.py).
+Where the old tree cannot be built or its world fails (no git history, no registry), the row
+falls back to the filed figures and says why.
 """
 
 from __future__ import annotations
 
 import json
+import os
+import select
 import subprocess
 import tarfile
 import tempfile
 from pathlib import Path
+from types import TracebackType
+from typing import IO, Any
 
 ROOT = Path(__file__).resolve().parents[1]
 BEFORE_COMMIT = "93b319a"
 """The last commit before issue 20's work (its README row 9 is the filed 152 and 116)."""
 FILED = {"stat": 152.0, "load": 116.0}
 CACHE = ROOT / ".bench-cache"
+DRIVER = Path(__file__).resolve().parent / "before_driver.py"
 BUILD_TIMEOUT_S = 1200
-RUN_TIMEOUT_S = 600
+READY_TIMEOUT_S = 300
+BURST_TIMEOUT_S = 300
 
 
 def tree() -> Path:
@@ -55,31 +63,21 @@ def tree() -> Path:
     return where
 
 
-def measure(where: Path) -> dict[str, float]:
-    """One run of the old row 9: events per second of its stat and load bursts."""
-    subprocess.run(
-        [str(where / ".venv" / "bin" / "python"), "-m", "bench", "--only", "throughput"],
-        cwd=where,
-        check=True,
-        timeout=RUN_TIMEOUT_S,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.STDOUT,
-    )
-    details = json.loads((where / "bench" / "results" / "throughput.json").read_text())["details"]
-    return {step: float(details[step]["events_per_s"]) for step in FILED}
+class OldStack:
+    """The old code's row 9 world in a process of its own, one burst at a time.
 
+    `burst(step, count)` gives that burst's figures (events per second, answered, 2xx, the
+    function's CPU per event), or None once the old world is not there: it could not be built,
+    it failed, or this is a smoke run. `says` names the reference either way. The process is
+    started on entering (its set-up runs while the caller sets up its own) and stopped on
+    leaving."""
 
-class Reference:
-    """Row 9's reference for one run: `measure()` before ours and after each of our rounds,
-    then `brackets()` (each round's reference) and `figures()` (the runs, and their mean). Any
-    failure (the tree cannot be built, a run of it fails) turns the whole reference into the
-    filed figures, with the reason in `says`: a mean of a measured and a filed figure means
-    nothing."""
-
-    def __init__(self, smoke: bool) -> None:
-        self.runs: list[dict[str, float]] = []
+    def __init__(self, smoke: bool, adapters: int) -> None:
+        self.says = f"{BEFORE_COMMIT}'s own row 9 world, its bursts alternated with ours"
+        self._adapters = adapters
         self._where: Path | None = None
-        self.says = f"{BEFORE_COMMIT}'s own row 9, run before and after ours"
+        self._process: subprocess.Popen[str] | None = None
+        self._ready = False
         if smoke:
             self.says = "the filed figures (smoke run)"
             return
@@ -88,27 +86,84 @@ class Reference:
         except (OSError, subprocess.SubprocessError) as err:
             self.says = f"the filed figures: the tree of {BEFORE_COMMIT} could not be built ({err})"
 
-    def measure(self) -> None:
-        if self._where is None:
+    def __enter__(self) -> OldStack:
+        if self._where is not None:
+            log = (CACHE / f"before-{BEFORE_COMMIT}.driver.log").open("w")
+            try:
+                self._process = subprocess.Popen(
+                    [str(self._where / ".venv" / "bin" / "python"), "-c", _RUN_DRIVER, str(DRIVER)],
+                    cwd=self._where,
+                    env=_environment(self._adapters),
+                    stdin=subprocess.PIPE,
+                    stdout=subprocess.PIPE,
+                    stderr=log,
+                    text=True,
+                )
+            except OSError as err:
+                self._fail(f"could not be started ({err})")
+            finally:
+                log.close()
+        return self
+
+    def burst(self, step: str, count: int) -> dict[str, Any] | None:
+        if self._process is None or not self._await_ready():
+            return None
+        assert self._process.stdin is not None
+        try:
+            self._process.stdin.write(json.dumps({"step": step, "count": count}) + "\n")
+            self._process.stdin.flush()
+        except OSError as err:
+            self._fail(f"stopped taking bursts ({err})")
+            return None
+        answer = self._line(BURST_TIMEOUT_S)
+        if answer is None or answer.get("answered") != count:
+            self._fail(f"did not answer a {step} burst of {count} (got {answer})")
+            return None
+        return answer
+
+    def __exit__(self, *_: object | TracebackType | None) -> None:
+        process, self._process = self._process, None
+        if process is None:
             return
         try:
-            self.runs.append(measure(self._where))
-        except (OSError, subprocess.SubprocessError, KeyError, ValueError) as err:
-            self._where = None
-            self.says = f"the filed figures: a run of {BEFORE_COMMIT}'s row 9 failed ({err})"
+            if process.stdin is not None:
+                process.stdin.close()  # the driver's loop ends, and its stack stops
+            process.wait(60)
+        except (OSError, subprocess.TimeoutExpired):
+            process.kill()
+            process.wait(10)
 
-    def figures(self) -> tuple[dict[str, float], list[dict[str, float]]]:
-        """The reference per step (the mean of the runs) and the runs; the filed figures
-        unless every run was measured."""
-        if self._where is None or not self.runs:
-            return dict(FILED), []
-        mean = {step: round(sum(run[step] for run in self.runs) / len(self.runs), 1) for step in FILED}
-        return mean, self.runs
+    def _await_ready(self) -> bool:
+        if not self._ready:
+            answer = self._line(READY_TIMEOUT_S)
+            if answer is None or answer.get("ready") is not True:
+                self._fail(f"did not set up its world (got {answer})")
+                return False
+            self._ready = True
+        return True
 
-    def brackets(self, rounds: int) -> list[dict[str, float]]:
-        """For each of our `rounds` (each run between two of the old code's), the mean of the
-        runs before and after it; the filed figures unless every run was measured."""
-        if self._where is None or len(self.runs) != rounds + 1:
-            return [dict(FILED) for _ in range(rounds)]
-        pairs = zip(self.runs, self.runs[1:], strict=False)
-        return [{step: round((a[step] + b[step]) / 2, 1) for step in FILED} for a, b in pairs]
+    def _line(self, timeout: float) -> dict[str, Any] | None:
+        """The driver's next line, read within `timeout`; None if it ended or said nothing."""
+        assert self._process is not None and self._process.stdout is not None
+        out: IO[str] = self._process.stdout
+        readable, _, _ = select.select([out], [], [], timeout)
+        line = out.readline() if readable else ""
+        try:
+            found = json.loads(line) if line else None
+        except ValueError:
+            return None
+        return found if isinstance(found, dict) else None
+
+    def _fail(self, what: str) -> None:
+        self.says = f"the filed figures: {BEFORE_COMMIT}'s row 9 world {what}"
+        self.__exit__()
+        self._where = None
+
+
+_RUN_DRIVER = "import runpy, sys; runpy.run_path(sys.argv[1], run_name='__main__')"
+"""Run bench/before_driver.py as the old tree's own script: the old tree (the current
+directory) first on sys.path, so every module it imports is the old code's."""
+
+
+def _environment(adapters: int) -> dict[str, str]:
+    return {**os.environ, "ADAPTERS": str(adapters)}

@@ -18,10 +18,11 @@ one event at a time (service time without queueing). The log is followed from a 
 this process is also the broker and the stand-ins, whose interpreter the measuring shares.
 Target (issue 20): >= 3x the code before it at the same settings (the same burst, adapters,
 replicas and one function process), p99 <= 1 s at 100 events/s. The reference is that code's
-own row 9, run in this run before ours and after each of our two rounds (bench/before.py: the
-filed 152 and 116 events/s were a faster day's); the ratio is the mean of the two rounds', each
-against the old runs on either side of it. With --smoke (one round), or where the old tree
-cannot be built, the filed figures.
+own row 9 world, set up by its own tree in a process of its own beside ours (bench/before.py:
+the filed 152 and 116 events/s were a faster day's): per step, six bursts of each code,
+alternated, and the ratio is the median of the six pairs' ratios (this machine's speed swings
+within seconds; a pair of bursts a few seconds apart sees the same machine). With --smoke, or
+where the old tree cannot be built, the filed figures.
 """
 
 from __future__ import annotations
@@ -206,27 +207,39 @@ def _one_at_a_time(stack: Stack, step: str, adapters: list[str], count: int) -> 
 
 PACED_RATE = 100.0
 PACED_P99_MS = 1000.0
-
-
-ROUNDS = 2
-"""Our row 9 runs twice, each round between two runs of the old code: one pair varies by ~15%
-on this machine, the mean of two by less."""
+PAIRS = 6
+"""Bursts of each code per step, alternated: one pair varies by up to 1.5x on this machine
+(its speed swings within seconds), the median of six pairs' ratios by far less."""
 STEPS = ("stat", "load")
 
 
-def _round(adapters: list[str], count: int, paced: int, sequential: int, first: bool) -> dict[str, Any]:
-    """One round on a stack of its own: per step the burst, and in the first round the paced
-    nudges and the one-at-a-time latency too."""
-    results: dict[str, dict[str, Any]] = {}
-    with Stack(ping_period=None, function_processes=True, seaweed=shared(), filer_proxy=False) as stack:
-        _setup(stack, adapters, replicas=2)
-        for step in STEPS:
-            _burst(stack, step, adapters, max(10, count // 10))  # warm-up
-            results[step] = _burst(stack, step, adapters, count)
-            if first:
-                results[step]["paced"] = _paced(stack, step, adapters, paced, PACED_RATE)
-                results[step]["one_at_a_time_ms"] = _one_at_a_time(stack, step, adapters, sequential)
-    return results
+def paired(ours: list[float], old: list[float]) -> dict[str, Any]:
+    """Each pair's ratio (ours over the old code's, events per second) and their median, with
+    the median rate of each code."""
+    ratios = [round(a / b, 2) for a, b in zip(ours, old, strict=True)]
+    return {
+        "ratio": round(median_of(ratios), 2),
+        "pair_ratios": ratios,
+        "events_per_s": round(median_of(ours), 1),
+        "before_events_per_s": round(median_of(old), 1),
+    }
+
+
+def _pairs(
+    stack: Stack, old: before.OldStack, step: str, adapters: list[str], count: int, pairs: int
+) -> tuple[list[dict[str, Any]], list[dict[str, Any] | None]]:
+    """`pairs` bursts of each code, alternated (ours first in every other pair, so a drift
+    within a pair favours neither)."""
+    ours: list[dict[str, Any]] = []
+    theirs: list[dict[str, Any] | None] = []
+    for index in range(pairs):
+        if index % 2:
+            ours.append(_burst(stack, step, adapters, count))
+            theirs.append(old.burst(step, count))
+        else:
+            theirs.append(old.burst(step, count))
+            ours.append(_burst(stack, step, adapters, count))
+    return ours, theirs
 
 
 def run(smoke: bool) -> Result:
@@ -234,39 +247,57 @@ def run(smoke: bool) -> Result:
     count = 40 if smoke else 400
     sequential = 5 if smoke else 40
     paced = 30 if smoke else 300
-    rounds = 1 if smoke else ROUNDS
-    reference = before.Reference(smoke)
-    reference.measure()
-    ours: list[dict[str, Any]] = []
-    for index in range(rounds):
-        ours.append(_round(adapters, count, paced, sequential, first=index == 0))
-        reference.measure()
-    brackets = reference.brackets(rounds)
-    _, before_runs = reference.figures()
-    results = ours[0]
-    for step, r in results.items():
-        each = [
-            {
-                "events_per_s": got[step]["events_per_s"],
-                "before_events_per_s": bracket[step],
-                "ratio": round(got[step]["events_per_s"] / bracket[step], 2),
-                "cpu_ms_per_event": got[step]["cpu_ms_per_event"],
-            }
-            for got, bracket in zip(ours, brackets, strict=True)
-        ]
-        r["rounds"] = each
-        r["events_per_s"] = round(sum(e["events_per_s"] for e in each) / rounds, 1)
-        r["before_events_per_s"] = round(sum(e["before_events_per_s"] for e in each) / rounds, 1)
-        r["before_runs_events_per_s"] = [run[step] for run in before_runs]
-        r["ratio_to_before"] = round(sum(e["ratio"] for e in each) / rounds, 2)
-        r["ok"] = sum(got[step]["ok"] for got in ours)
-        r["events"] = sum(got[step]["events"] for got in ours)
-    slowest = min(STEPS, key=lambda s: results[s]["ratio_to_before"])
+    pairs = 1 if smoke else PAIRS
+    results: dict[str, dict[str, Any]] = {}
+    with (
+        before.OldStack(smoke, len(adapters)) as old,
+        Stack(ping_period=None, function_processes=True, seaweed=shared(), filer_proxy=False) as stack,
+    ):
+        _setup(stack, adapters, replicas=2)
+        for step in STEPS:
+            warm_up = max(10, count // 10)
+            _burst(stack, step, adapters, warm_up)
+            old.burst(step, warm_up)
+            ours, theirs = _pairs(stack, old, step, adapters, count, pairs)
+            measured = [b for b in theirs if b is not None]
+            reference = [b["events_per_s"] for b in measured] if len(measured) == pairs else []
+            rates = [b["events_per_s"] for b in ours]
+            result = paired(rates, reference or [before.FILED[step]] * pairs)
+            first = ours[0]
+            result.update(
+                events=sum(b["events"] for b in ours),
+                ok=sum(b["ok"] for b in ours),
+                latency_ms=first["latency_ms"],
+                cpu_ms_per_event={
+                    who: round(median_of([b["cpu_ms_per_event"][who] for b in ours]), 2)
+                    for who in first["cpu_ms_per_event"]
+                },
+                before_function_cpu_ms_per_event=(
+                    round(median_of([b["function_cpu_ms_per_event"] for b in measured]), 2)
+                    if reference
+                    else None
+                ),
+                bursts=[
+                    {"events_per_s": b["events_per_s"], "cpu_ms_per_event": b["cpu_ms_per_event"]}
+                    for b in ours
+                ],
+                before_bursts=[
+                    {
+                        "events_per_s": b["events_per_s"],
+                        "function_cpu_ms_per_event": b["function_cpu_ms_per_event"],
+                    }
+                    for b in measured
+                ],
+            )
+            result["paced"] = _paced(stack, step, adapters, paced, PACED_RATE)
+            result["one_at_a_time_ms"] = _one_at_a_time(stack, step, adapters, sequential)
+            results[step] = result
+    slowest = min(STEPS, key=lambda s: results[s]["ratio"])
     answered = [(r["ok"], r["events"]) for r in results.values()] + [
         (r["paced"]["ok"], r["paced"]["events"]) for r in results.values()
     ]
     all_ok = all(ok == events for ok, events in answered)
-    fast = all(r["ratio_to_before"] >= 3 for r in results.values())
+    fast = all(r["ratio"] >= 3 for r in results.values())
     paced_ok = all(r["paced"]["latency_ms"]["p99"] <= PACED_P99_MS for r in results.values())
     return Result(
         name="throughput",
@@ -274,7 +305,7 @@ def run(smoke: bool) -> Result:
         value=results[slowest]["events_per_s"],
         unit="events/s",
         reference=results[slowest]["before_events_per_s"],
-        ratio=results[slowest]["ratio_to_before"],
+        ratio=results[slowest]["ratio"],
         target=">= 3x the code before issue 20 in the same run (filed: stat 152, load 116 events/s); p99 "
         "<= 1 s at 100 events/s offered; every event answered 2xx",
         met=all_ok and fast and paced_ok,
@@ -282,23 +313,28 @@ def run(smoke: bool) -> Result:
             "adapters": len(adapters),
             "replicas": 2,
             "burst": count,
+            "pairs": pairs,
             "paced_events": paced,
-            "reference": reference.says,
-            "rounds": rounds,
+            "reference": old.says,
             "filed_events_per_s": before.FILED,
             **results,
         },
-        note=f"lowest ratio: {slowest}; reference: {reference.says}; "
+        note=f"lowest ratio: {slowest}; reference: {old.says}; "
         + "; ".join(
             f"{s}: {r['events_per_s']:.0f} events/s against {r['before_events_per_s']:.0f} "
-            f"({r['ratio_to_before']:.2f}x; rounds "
-            + " / ".join(f"{e['ratio']:.2f}x" for e in r["rounds"])
-            + "), first round's burst p50 "
-            f"{r['latency_ms']['p50']:.0f} / p99 {r['latency_ms']['p99']:.0f} ms, at 100/s p50 "
-            f"{r['paced']['latency_ms']['p50']:.0f} / p99 {r['paced']['latency_ms']['p99']:.0f} ms, "
+            f"(median of {pairs} pairs' ratios {r['ratio']:.2f}x; pairs "
+            + " / ".join(f"{x:.2f}" for x in r["pair_ratios"])
+            + f"), first burst p50 {r['latency_ms']['p50']:.0f} / p99 {r['latency_ms']['p99']:.0f} ms, "
+            f"at 100/s p50 {r['paced']['latency_ms']['p50']:.0f} / "
+            f"p99 {r['paced']['latency_ms']['p99']:.0f} ms, "
             f"alone p50 {r['one_at_a_time_ms']['p50']:.0f} ms; CPU per event: function "
-            f"{r['cpu_ms_per_event'].get('function', 0):.2f} ms, stand-ins "
-            f"{r['cpu_ms_per_event'].get('standins', 0):.2f} ms"
+            f"{r['cpu_ms_per_event'].get('function', 0):.2f} ms (old code's "
+            + (
+                f"{r['before_function_cpu_ms_per_event']:.2f}"
+                if r["before_function_cpu_ms_per_event"]
+                else "-"
+            )
+            + f" ms), stand-ins {r['cpu_ms_per_event'].get('standins', 0):.2f} ms"
             for s, r in results.items()
         ),
     )

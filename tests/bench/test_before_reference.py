@@ -1,64 +1,78 @@
-"""Row 9's reference (bench/before.py): measured runs of the old code, or, when any of them
-cannot be had, the filed figures and why: never a mean of a measured and a filed figure."""
+"""Row 9's reference (bench/before.py, bench/throughput.py): the old code's own world in a
+process of its own, burst by burst beside ours, each pair's ratio taken; or, when the old
+world cannot be had, the filed figures and why: never a measured burst beside a filed one."""
 
 from __future__ import annotations
 
-import json
+import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from bench import before
+from bench import before, throughput
 
 
-def test_a_smoke_run_uses_the_filed_figures() -> None:
-    reference = before.Reference(smoke=True)
-    reference.measure()
-    assert reference.figures() == (before.FILED, [])
-    assert "filed" in reference.says
-
-
-def old_tree(where: Path, stat: float, load: float) -> Path:
-    """A stand-in for the old tree: its `.venv/bin/python` writes row 9's JSON as the old bench
-    does (called again on the same tree: its next runs give these figures)."""
+def old_tree(where: Path, figures: dict[str, float], bursts_before_dying: int | None = None) -> Path:
+    """A stand-in for the old tree: its `.venv/bin/python` speaks bench/before_driver.py's
+    protocol (ready, then one answer per burst) with these events per second per step."""
     python = where / ".venv" / "bin" / "python"
     python.parent.mkdir(parents=True, exist_ok=True)
-    result = where / "bench" / "results" / "throughput.json"
-    result.parent.mkdir(parents=True, exist_ok=True)
-    details = {"details": {"stat": {"events_per_s": stat}, "load": {"events_per_s": load}}}
-    python.write_text(f"#!/bin/sh\necho '{json.dumps(details)}' > {result}\n")
+    python.write_text(
+        f"#!{sys.executable}\n"
+        "import json, sys\n"
+        f"figures, left = {figures!r}, {bursts_before_dying!r}\n"
+        "print(json.dumps({'ready': True}), flush=True)\n"
+        "for line in sys.stdin:\n"
+        "    if left == 0:\n"
+        "        sys.exit(1)\n"
+        "    left = None if left is None else left - 1\n"
+        "    ask = json.loads(line)\n"
+        "    n = ask['count']\n"
+        "    print(json.dumps({'events': n, 'answered': n, 'ok': n, 'events_per_s': figures[ask['step']],\n"
+        "                      'function_cpu_ms_per_event': 9.0}), flush=True)\n"
+    )
     python.chmod(0o755)
     return where
 
 
 @pytest.fixture()
-def measuring(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Path, before.Reference]:
-    """A reference over an old tree whose runs give stat 80, load 50 (until `old_tree` again)."""
-    where = old_tree(tmp_path, stat=80.0, load=50.0)
-    monkeypatch.setattr(before, "tree", lambda: where)
-    return where, before.Reference(smoke=False)
+def tree(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.setattr(before, "tree", lambda: tmp_path)
+    monkeypatch.setattr(before, "CACHE", tmp_path)
+    return tmp_path
 
 
-def test_two_measured_runs_give_their_mean(measuring: tuple[Path, before.Reference]) -> None:
-    where, reference = measuring
-    reference.measure()
-    old_tree(where, stat=90.0, load=60.0)
-    reference.measure()
-    mean, runs = reference.figures()
-    assert runs[0] == {"stat": 80.0, "load": 50.0}
-    assert mean == {"stat": 85.0, "load": 55.0}
-    assert "run before and after ours" in reference.says
+def test_a_smoke_run_uses_the_filed_figures() -> None:
+    with before.OldStack(smoke=True, adapters=4) as old:
+        assert old.burst("stat", 40) is None
+    assert "filed" in old.says
 
 
-def test_a_failed_run_makes_the_whole_reference_the_filed_one(
-    measuring: tuple[Path, before.Reference],
-) -> None:
-    where, reference = measuring
-    reference.measure()
-    (where / ".venv" / "bin" / "python").write_text("#!/bin/sh\nexit 1\n")
-    reference.measure()
-    assert reference.figures() == (before.FILED, [])
-    assert "failed" in reference.says
+def test_the_old_world_answers_each_burst_with_its_own_figures(tree: Path) -> None:
+    old_tree(tree, {"stat": 80.0, "load": 50.0})
+    with before.OldStack(smoke=False, adapters=20) as old:
+        stat, load = old.burst("stat", 400), old.burst("load", 400)
+    assert stat is not None and stat["events_per_s"] == 80.0 and stat["answered"] == 400
+    assert load is not None and load["events_per_s"] == 50.0
+    assert "own row 9 world" in old.says
+
+
+def test_an_old_world_that_stops_answering_is_said_and_gives_nothing_more(tree: Path) -> None:
+    old_tree(tree, {"stat": 80.0, "load": 50.0}, bursts_before_dying=1)
+    with before.OldStack(smoke=False, adapters=20) as old:
+        assert old.burst("stat", 400) is not None
+        assert old.burst("load", 400) is None
+        assert old.burst("stat", 400) is None  # gone for good: no later burst is measured
+    assert "did not answer a load burst" in old.says
+
+
+def test_an_old_world_that_never_sets_up_is_said(tree: Path) -> None:
+    python = old_tree(tree, {}) / ".venv" / "bin" / "python"
+    python.write_text(f"#!{sys.executable}\nimport sys\nsys.exit(3)\n")
+    with before.OldStack(smoke=False, adapters=20) as old:
+        assert old.burst("stat", 400) is None
+    assert "did not set up its world" in old.says
 
 
 def test_a_tree_that_cannot_be_built_is_said(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -66,18 +80,38 @@ def test_a_tree_that_cannot_be_built_is_said(monkeypatch: pytest.MonkeyPatch) ->
         raise OSError("no git here")
 
     monkeypatch.setattr(before, "tree", cannot)
-    reference = before.Reference(smoke=False)
-    reference.measure()
-    assert reference.figures() == (before.FILED, [])
-    assert "could not be built (no git here)" in reference.says
+    with before.OldStack(smoke=False, adapters=20) as old:
+        assert old.burst("stat", 400) is None
+    assert "could not be built (no git here)" in old.says
 
 
-def test_each_round_is_held_to_the_runs_on_either_side(
-    measuring: tuple[Path, before.Reference],
-) -> None:
-    where, reference = measuring
-    for stat in (80.0, 90.0, 70.0):  # the old code's stat figure in its three runs
-        old_tree(where, stat=stat, load=50.0)
-        reference.measure()
-    assert [b["stat"] for b in reference.brackets(2)] == [85.0, 80.0]
-    assert reference.brackets(3) == [before.FILED] * 3  # a run short: nothing measured is mixed in
+def test_the_ratio_is_the_median_of_the_pairs_ratios() -> None:
+    figures = throughput.paired([300.0, 240.0, 330.0], [100.0, 100.0, 100.0])
+    assert figures["pair_ratios"] == [3.0, 2.4, 3.3]
+    assert figures["ratio"] == 3.0  # not 870/300: a slow spell in one pair moves one ratio
+    assert (figures["events_per_s"], figures["before_events_per_s"]) == (300.0, 100.0)
+
+
+def test_the_two_codes_take_turns_first(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Ours first in every other pair: a drift within a pair favours neither code."""
+    order: list[str] = []
+
+    def ours(stack: Any, step: str, adapters: list[str], count: int) -> dict[str, Any]:
+        order.append("ours")
+        return {"events_per_s": 1.0}
+
+    class Old:
+        def burst(self, step: str, count: int) -> dict[str, Any]:
+            order.append("old")
+            return {"events_per_s": 1.0}
+
+    monkeypatch.setattr(throughput, "_burst", ours)
+    throughput._pairs(None, Old(), "load", ["a"], 10, 4)  # type: ignore[arg-type]
+    assert order == ["old", "ours", "ours", "old", "old", "ours", "ours", "old"]
+
+
+def test_the_driver_is_the_old_trees_own_script() -> None:
+    """It imports nothing of ours: every module it uses comes from the tree it runs in."""
+    source = before.DRIVER.read_text()
+    assert 'import_module("bench.throughput")' in source
+    assert not [line for line in source.splitlines() if line.startswith(("from bench", "from functions"))]
