@@ -10,7 +10,7 @@ import ssl
 import struct
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
@@ -84,19 +84,28 @@ def test_a_kept_connection_the_server_closed_is_replaced(server: Counting) -> No
     assert server.connections == 5
 
 
-def one_answer_per_connection(listener: socket.socket, reset: bool, accepted: list[int]) -> None:
-    """Answer one request on each connection, then close it (`reset`: abortively, an RST)."""
+def serve_each(listener: socket.socket, accepted: list[int], handle: Callable[[socket.socket], None]) -> None:
+    """Accept connections until the listener is closed, counting them, and `handle` each."""
     while True:
         try:
             conn, _ = listener.accept()
         except OSError:
             return
         accepted.append(1)
+        handle(conn)
+
+
+def one_answer_per_connection(listener: socket.socket, reset: bool, accepted: list[int]) -> None:
+    """Answer one request on each connection, then close it (`reset`: abortively, an RST)."""
+
+    def answer_once(conn: socket.socket) -> None:
         conn.recv(65536)
         conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
         if reset:
             conn.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
         conn.close()
+
+    serve_each(listener, accepted, answer_once)
 
 
 @pytest.mark.parametrize("reset", [False, True], ids=["fin", "rst"])
@@ -186,18 +195,8 @@ def test_a_connection_closed_right_under_the_request_is_retried_once() -> None:
 def test_a_new_connection_that_fails_is_a_transport_error_not_a_retry_loop() -> None:
     listener = socket.create_server(("127.0.0.1", 0))
     port = listener.getsockname()[1]
-    accepted = []
-
-    def serve() -> None:
-        while True:
-            try:
-                conn, _ = listener.accept()
-            except OSError:
-                return
-            accepted.append(1)
-            conn.close()
-
-    threading.Thread(target=serve, daemon=True).start()
+    accepted: list[int] = []
+    threading.Thread(target=serve_each, args=(listener, accepted, socket.socket.close), daemon=True).start()
     with pytest.raises(httpx.TransportError):
         KeepAlive(f"http://127.0.0.1:{port}").request("GET", "/", {}, None)
     listener.close()
