@@ -122,6 +122,9 @@ class OldStack:
         return answer
 
     def __exit__(self, *_: object | TracebackType | None) -> None:
+        self._stop()
+
+    def _stop(self) -> None:
         process, self._process = self._process, None
         if process is None:
             return
@@ -156,7 +159,7 @@ class OldStack:
 
     def _fail(self, what: str) -> None:
         self.says = f"the filed figures: {BEFORE_COMMIT}'s row 9 world {what}"
-        self.__exit__()
+        self._stop()
         self._where = None
 
 

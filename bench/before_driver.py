@@ -3,7 +3,7 @@
 Run by the old tree's own interpreter, in the old tree (`runpy`, so that every `bench`,
 `devstack` and `functions` module imported is the old tree's), never imported by ours:
 
-    <old>/.venv/bin/python -c "import runpy; runpy.run_path('<this file>', run_name='__main__')"
+    <old>/.venv/bin/python -c "<bench/before.py's _RUN_DRIVER>" <this file>    # cwd: the old tree
 
 It sets up the old row 9's world with the old code's own `_setup` (one ModelDeployment of 2
 replicas, the same adapters, each function in its own process), writes `{"ready": true}`,
@@ -49,7 +49,8 @@ def _last_seq(log: Any) -> int:
 
 
 def _function_cpu_s(step: str) -> float:
-    """CPU seconds of this process's descendants serving `step` (the server and its worker)."""
+    """CPU seconds of this process's descendants serving `step` (the server and its worker),
+    read here: the old tree has no bench/cpu.py, and nothing of ours is imported."""
     tick = os.sysconf("SC_CLK_TCK")
     parents: dict[int, int] = {}
     stats: dict[int, tuple[list[str], list[bytes]]] = {}
