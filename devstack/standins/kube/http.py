@@ -7,6 +7,7 @@ import json
 import select
 import socket
 import ssl
+import sys
 import threading
 import time
 from http.server import ThreadingHTTPServer
@@ -40,6 +41,13 @@ class KubeHTTPServer(ThreadingHTTPServer):
                 self.connections.add(connection)
             else:
                 self.connections.discard(connection)
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """A client gone away (reset, broken pipe) is its own doing, not the server's failure:
+        the apiserver drops such a connection silently. Anything else is printed as before."""
+        if isinstance(sys.exc_info()[1], ConnectionError):
+            return
+        super().handle_error(request, client_address)
 
     def close_connections(self) -> None:
         with self.connections_lock:
