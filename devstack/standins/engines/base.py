@@ -27,7 +27,7 @@ from pathlib import Path
 from socketserver import TCPServer
 from typing import Any, ClassVar, Literal
 
-from devstack.oneshot import OneWriteHandler
+from devstack.http_handler import StandInHandler
 from devstack.standins.engines.admin import handle_admin
 from devstack.standins.engines.answers import DROP, JSON, Answer, Drop, Response
 from devstack.standins.engines.faults import Fault, FaultSet
@@ -309,7 +309,7 @@ class FilerReader:
 # --------------------------------------------------------------------------------------------
 
 
-class _Handler(OneWriteHandler):
+class _Handler(StandInHandler):
     protocol_version = "HTTP/1.1"  # keep-alive
     server_version = "uvicorn"
     sys_version = ""

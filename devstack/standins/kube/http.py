@@ -13,7 +13,7 @@ import time
 from http.server import ThreadingHTTPServer
 from typing import Any
 
-from devstack.oneshot import OneWriteHandler
+from devstack.http_handler import StandInHandler
 from devstack.standins.kube.api import Api, Response
 from devstack.standins.kube.routing import Request
 
@@ -56,7 +56,7 @@ class KubeHTTPServer(ThreadingHTTPServer):
                     connection.shutdown(socket.SHUT_RDWR)
 
 
-class Handler(OneWriteHandler):
+class Handler(StandInHandler):
     """Translates HTTP requests to `Api.handle` and writes JSON or chunked watch streams."""
 
     protocol_version = "HTTP/1.1"
