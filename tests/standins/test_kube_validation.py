@@ -107,7 +107,9 @@ def test_required_enum_pattern_on_spec_and_status(
             GROUP, VERSION, NS, PLURAL, "st", {"status": {"conditions": twice}}
         )
     )
-    assert body["details"]["causes"][0]["reason"] == "FieldValueDuplicate"
+    cause = body["details"]["causes"][0]
+    assert (cause["reason"], cause["field"]) == ("FieldValueDuplicate", "status.conditions[1]")
+    assert cause["message"] == 'Duplicate value: map[string]interface {}{"type":"Ready"}'
     bad_time = dict(condition, reason="Ok", lastTransitionTime="yesterday")
     body = _invalid(
         lambda: custom.patch_namespaced_custom_object_status(

@@ -436,12 +436,12 @@ def _list_uniqueness(value: list[Any], schema: Schema, path: str) -> list[Cause]
     seen: set[str] = set()
     causes = []
     for index, item in enumerate(value):
-        if schema.list_type == "map" and isinstance(item, dict):
-            key_obj = {k: item.get(k) for k in schema.list_map_keys}
-            key, shown = json.dumps(key_obj, sort_keys=True), _go_map(key_obj)
-        else:
-            key, shown = json.dumps(item, sort_keys=True), _render(item)
-        if key in seen:
+        keyed = schema.list_type == "map" and isinstance(item, dict)
+        key_obj = {k: item.get(k) for k in schema.list_map_keys} if keyed else item
+        # JSON text, not the values: 1, 1.0 and true are one Python key but three JSON values
+        key = json.dumps(key_obj, sort_keys=True)
+        if key in seen:  # the message only for a duplicate: a status write checks every item
+            shown = _go_map(key_obj) if keyed else _render(item)
             causes.append(Cause("FieldValueDuplicate", f"Duplicate value: {shown}", f"{path}[{index}]"))
         seen.add(key)
     return causes
