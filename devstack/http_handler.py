@@ -14,10 +14,11 @@ own; what one request costs them is CPU the others (and the functions, on two co
   package's feed parser: ~90 us for a CloudEvent delivery's 13 headers on this machine, ~18 us
   here, into the same `http.client.HTTPMessage`. The head is held to RFC 9112 as Go's
   `net/http` holds it (the real servers are Go): a request line of exactly method, target and
-  HTTP/1.x; header lines `name: value` with a token for a name, the value's surrounding
-  whitespace trimmed; an obsolete line folding replaced by a space (RFC 9112 section 5.2); a
-  line over MAX_LINE or more than MAX_HEADERS headers is a 431 (the limits `http.client`
-  keeps); anything else malformed is a 400 and the connection is closed.
+  HTTP/1.x; header lines `name: value` with a token for a name and no control character but a
+  tab in the value, its surrounding whitespace trimmed; an obsolete line folding replaced by a
+  space (RFC 9112 section 5.2); a line over MAX_LINE or more than MAX_HEADERS headers is a 431
+  (the limits `http.client` keeps); anything else malformed is a 400 and the connection is
+  closed.
 """
 
 from __future__ import annotations
@@ -38,6 +39,9 @@ _VERSION = re.compile(r"HTTP/1\.[0-9]")
 _END = (b"\r\n", b"\n", b"")
 _OWS = " \t"
 """RFC 9110 section 5.6.3: optional whitespace around a field value, not part of it."""
+_CONTROL = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]")
+"""RFC 9110 section 5.5: no control character but HTAB in a field value (a bare CR or a NUL is
+how a header is smuggled past one parser into another)."""
 
 
 class BadHead(Exception):
@@ -118,12 +122,12 @@ def read_headers(rfile: BufferedIOBase) -> HTTPMessage:
             return headers
         line = raw.decode("iso-8859-1").rstrip("\r\n")
         if line[:1] in (" ", "\t"):  # obs-fold: part of the value before it
-            if last is None:
-                raise BadHead(HTTPStatus.BAD_REQUEST, "Header block starts with whitespace")
+            if last is None or _CONTROL.search(line):
+                raise BadHead(HTTPStatus.BAD_REQUEST, f"Malformed header line ({line[:100]!r})")
             last = (last[0], (last[1] + " " + line.strip(_OWS)).strip(_OWS))
             continue
         name, colon, value = line.partition(":")
-        if not colon or not _TOKEN.fullmatch(name):
+        if not colon or not _TOKEN.fullmatch(name) or _CONTROL.search(value):
             raise BadHead(HTTPStatus.BAD_REQUEST, f"Malformed header line ({line[:100]!r})")
         count += 1
         if count > MAX_HEADERS:

@@ -147,6 +147,9 @@ def test_an_obsolete_line_folding_becomes_one_space(server: tuple[str, int]) -> 
         (("GET / HTTP/1.1", "Bad Name: x"), 400),
         (("GET / HTTP/1.1", "Host : x"), 400),
         (("GET / HTTP/1.1", " Host: x"), 400),
+        (("GET / HTTP/1.1", "X-Smuggled: a\rTransfer-Encoding: chunked"), 400),
+        (("GET / HTTP/1.1", "X-Nul: a\x00b"), 400),
+        (("GET / HTTP/1.1", "X-Folded: a", " b\x00c"), 400),
         (("GET /",), 400),  # HTTP/0.9: Go's server refuses it too
         (("GET  / HTTP/1.1", "Host: x"), 400),
         (("GET / HTTP/1.1 extra", "Host: x"), 400),
