@@ -6,6 +6,7 @@ request in flight when Knative stops the pod (SIGTERM), and tuning the worker's 
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import os
 import signal
@@ -44,14 +45,29 @@ def serving(process: subprocess.Popen[bytes], port: int) -> Iterator[str]:
         eventually(up, 60, what="the server answering", interval=0.05)
         yield url
     finally:
+        # killed outright, granian's main process leaves its worker running, orphaned (a pod's
+        # end kills every process of its container; a test's must do that itself). The main
+        # process goes first, so that it cannot start a new worker for the one killed.
+        workers = children(process.pid)
         if process.poll() is None:
             process.kill()
         process.wait(10)
+        for worker in workers:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(worker, signal.SIGKILL)
+
+
+def children(pid: int) -> list[int]:
+    """The processes `pid` started (granian's worker); none once it has exited."""
+    try:
+        return [int(child) for child in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+    except FileNotFoundError:
+        return []
 
 
 def rss_kib(pid: int) -> int:
     """The resident memory of `pid` and its children (granian's worker), KiB."""
-    pids = [pid, *map(int, Path(f"/proc/{pid}/task/{pid}/children").read_text().split())]
+    pids = [pid, *children(pid)]
     total = 0
     for one in pids:
         for line in Path(f"/proc/{one}/status").read_text().splitlines():
