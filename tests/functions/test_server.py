@@ -6,7 +6,6 @@ request in flight when Knative stops the pod (SIGTERM), and tuning the worker's 
 
 from __future__ import annotations
 
-import contextlib
 import gc
 import os
 import signal
@@ -23,6 +22,7 @@ import httpx
 from cloudevents.conversion import to_binary
 from cloudevents.http import CloudEvent
 
+from bench.world import descendants, kill_tree
 from devstack.functions_host import ROOT, free_port, launch
 from functions.edge.server import YOUNG_COLLECTION
 from tests.support import served
@@ -46,28 +46,13 @@ def serving(process: subprocess.Popen[bytes], port: int) -> Iterator[str]:
         yield url
     finally:
         # killed outright, granian's main process leaves its worker running, orphaned (a pod's
-        # end kills every process of its container; a test's must do that itself). The main
-        # process goes first, so that it cannot start a new worker for the one killed.
-        workers = children(process.pid)
-        if process.poll() is None:
-            process.kill()
-        process.wait(10)
-        for worker in workers:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(worker, signal.SIGKILL)
-
-
-def children(pid: int) -> list[int]:
-    """The processes `pid` started (granian's worker); none once it has exited."""
-    try:
-        return [int(child) for child in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
-    except FileNotFoundError:
-        return []
+        # end kills every process of its container; a test's must do that itself)
+        kill_tree(process)
 
 
 def rss_kib(pid: int) -> int:
     """The resident memory of `pid` and its children (granian's worker), KiB."""
-    pids = [pid, *children(pid)]
+    pids = [pid, *descendants(pid)]
     total = 0
     for one in pids:
         for line in Path(f"/proc/{one}/status").read_text().splitlines():
