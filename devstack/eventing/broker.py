@@ -566,12 +566,8 @@ class _Handler(StandInHandler):
 
     def _answer(self, status: int, payload: Any = None) -> None:
         body = b"" if payload is None else json.dumps(payload).encode()
-        self.send_response(status)
-        if body:
-            self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
+        head = [("Content-Type", "application/json")] if body else []
+        self.respond(status, [*head, ("Content-Length", str(len(body)))], body)
 
     def do_POST(self) -> None:
         body = self.rfile.read(int(self.headers.get("Content-Length") or 0))

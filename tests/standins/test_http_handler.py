@@ -11,6 +11,7 @@ import io
 import json
 import socket
 import threading
+import time
 from collections.abc import Iterator
 from http.server import ThreadingHTTPServer
 
@@ -36,9 +37,60 @@ def test_a_well_formed_head_reads_as_http_client_reads_it(pairs: list[tuple[str,
     read = read_headers(ours)
     expected = http.client.parse_headers(theirs)
     assert read.items() == expected.items()
+    assert (read.keys(), read.values(), list(read), len(read)) == (
+        expected.keys(),
+        expected.values(),
+        list(expected),
+        len(expected),
+    )
     for name, _ in pairs:
-        assert read.get_all(name.upper()) == expected.get_all(name)
+        for asked in (name, name.upper(), name.lower()):
+            assert read.get_all(asked) == expected.get_all(asked)
+            assert read.get(asked) == expected.get(asked) == read[asked] == expected[asked]
+            assert asked in read
+    assert read.get("X-Never-Sent", "none") == expected.get("X-Never-Sent", "none") == "none"
+    assert read.get_all("X-Never-Sent") is expected.get_all("X-Never-Sent") is None
+    assert "X-Never-Sent" not in read and read["X-Never-Sent"] is None
     assert ours.read() == theirs.read() == b"BODY"  # the body is where both left it
+
+
+class _Quiet(StandInHandler):
+    protocol_version = "HTTP/1.1"
+    server_version = "stand-in"
+
+    def __init__(self) -> None:  # no socket: only the writer is used
+        self.written = io.BytesIO()
+        self.wfile = self.written
+        self.request_version, self.requestline, self.command = "HTTP/1.1", "GET / HTTP/1.1", "GET"
+        self.close_connection = False
+
+    def log_message(self, format: str, *args: object) -> None:
+        return
+
+
+@pytest.mark.parametrize("stamped", [True, False])
+@given(
+    st.sampled_from([200, 201, 202, 204, 400, 404, 409, 422, 499, 500, 503]),
+    st.lists(st.tuples(NAMES, VALUES), max_size=8),
+    st.sampled_from([[], [("Connection", "close")], [("connection", "Keep-Alive")]]),
+    st.binary(max_size=64),
+)
+def test_respond_writes_what_send_response_send_header_and_end_headers_write(
+    stamped: bool, status: int, pairs: list[tuple[str, str]], connection: list[tuple[str, str]], body: bytes
+) -> None:
+    ours, theirs = _Quiet(), _Quiet()
+    fields = pairs + connection
+    frozen = 1_767_225_600.25
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(time, "time", lambda: frozen)
+        ours.respond(status, fields, body, stamped=stamped)
+        (theirs.send_response if stamped else theirs.send_response_only)(status)
+        for name, value in fields:
+            theirs.send_header(name, value)
+        theirs.end_headers()
+        theirs.wfile.write(body)
+    assert ours.written.getvalue() == theirs.written.getvalue()
+    assert ours.close_connection == theirs.close_connection
 
 
 class _Echo(StandInHandler):

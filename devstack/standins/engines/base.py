@@ -344,13 +344,10 @@ class _Handler(StandInHandler):
         if isinstance(answer, Drop):
             self._drop()
             return
-        self.send_response_only(answer.status)
+        head = [("Content-Length", str(len(answer.body)))]
         if answer.content_type is not None:
-            self.send_header("Content-Type", answer.content_type)
-        self.send_header("Content-Length", str(len(answer.body)))
-        self.end_headers()
-        if self.command != "HEAD":
-            self.wfile.write(answer.body)
+            head.insert(0, ("Content-Type", answer.content_type))
+        self.respond(answer.status, head, b"" if self.command == "HEAD" else answer.body, stamped=False)
 
     def _drop(self) -> None:
         self.close_connection = True

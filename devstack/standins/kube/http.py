@@ -117,13 +117,8 @@ class Handler(StandInHandler):
             if response.raw is not None
             else json.dumps(response.body, separators=(",", ":")).encode()
         )
-        self.send_response(response.status)
-        self.send_header("Content-Type", response.content_type)
-        self.send_header("Content-Length", str(len(payload)))
-        for name, value in response.headers.items():
-            self.send_header(name, value)
-        self.end_headers()
-        self.wfile.write(payload)
+        head = [("Content-Type", response.content_type), ("Content-Length", str(len(payload)))]
+        self.respond(response.status, head + list(response.headers.items()), payload)
         self.wfile.flush()  # now, not after `_serve`: the request's CPU includes its write
 
     def _alive(self) -> bool:
