@@ -31,6 +31,7 @@ from devstack.http_handler import StandInHandler
 from devstack.standins.engines.admin import handle_admin
 from devstack.standins.engines.answers import DROP, JSON, Answer, Drop, Response
 from devstack.standins.engines.faults import Fault, FaultSet
+from functions.adapters.keepalive import Deadline, KeepAlive
 
 # --------------------------------------------------------------------------------------------
 # Adapter checks
@@ -182,27 +183,24 @@ class FilerReader:
     filer (`weed mount -filer.path=/` maps the mount root to the filer root). Names are
     percent-encoded in every URL; a directory listing is `Accept: application/json`.
 
-    The requests go out on `http.client` keep-alive connections kept in a small pool: every
-    replica of a fleet lives in one interpreter here (in a cluster each engine is a process of
-    its own reading a FUSE mount), and an upload storm makes 10,000 loads, each a listing and a
-    read per file, so the client's own CPU is what the other stand-ins wait for (with httpx
-    these reads were ~23% of the stand-ins' py-spy samples in bench/upload_storm.py, ~8% then).
-    The listing is always read from the filer; a file whose chunks `cache` (the node's mount)
-    has seen is not read again."""
+    The requests go out on the functions' keep-alive connections (`KeepAlive.exchange`:
+    functions/adapters/http1.py's framing, a stale kept connection's GET sent again once, the
+    whole read bounded by `timeout`): every replica of a fleet lives in one interpreter here (in
+    a cluster each engine is a process of its own reading a FUSE mount), and an upload storm
+    makes 10,000 loads, each a listing and a read per file, so the client's own CPU is what the
+    other stand-ins wait for (with httpx these reads were ~23% of the stand-ins' py-spy samples
+    in bench/upload_storm.py; with http.client, whose answer headers go through the email
+    package, a listing took ~320 us of this interpreter's CPU). The listing is always read from
+    the filer; a file whose chunks `cache` (the node's mount) has seen is not read again."""
 
     IDLE_MAX = 16
 
     def __init__(
         self, filer_url: str, root: str = "", timeout: float = 30.0, cache: MountCache | None = None
     ) -> None:
-        parts = urllib.parse.urlsplit(filer_url.rstrip("/"))
         self._cache = cache
-        self._host = parts.hostname or "127.0.0.1"
-        self._port = parts.port or 80
-        self._prefix = parts.path.rstrip("/")
+        self._client = KeepAlive(filer_url.rstrip("/"), max_idle=self.IDLE_MAX)
         self._timeout = timeout
-        self._idle: list[http.client.HTTPConnection] = []
-        self._lock = threading.Lock()
         self._root = root.rstrip("/")
         """The filer directory the mount shows (`-filer.path`): a bucket's folder for S3."""
 
@@ -210,45 +208,18 @@ class FilerReader:
         self, path: str, accept: str | None = None, sink: Callable[[bytes], None] | None = None
     ) -> tuple[int, bytes]:
         """GET `path` (already quoted): the status, and the body (a 2xx body streams to `sink`
-        in 1 MiB chunks when given: weights are never held whole); a stale pooled connection
-        (closed by the filer while idle) is retried once on a new one."""
+        in 1 MiB pieces when given: weights are never held whole)."""
         headers = {"Accept": accept} if accept else {}
-        for attempt in (0, 1):
-            with self._lock:
-                # a retry never takes another pooled connection: idle ones went stale together
-                conn = self._idle.pop() if self._idle and not attempt else None
-            fresh = conn is None
-            if conn is None:
-                conn = http.client.HTTPConnection(self._host, self._port, timeout=self._timeout)
-            try:
-                conn.request("GET", self._prefix + path, headers=headers)
-                response = conn.getresponse()
-            except (OSError, http.client.HTTPException) as err:
-                conn.close()
-                if fresh or attempt:
-                    raise FilerUnreadable(f"GET {path}: {type(err).__name__}: {err}") from err
-                continue  # nothing was read yet: a retry cannot feed `sink` twice
-            try:
-                if sink is not None and 200 <= response.status < 300:
-                    while chunk := response.read(1 << 20):
-                        sink(chunk)
-                    body = b""
-                else:
-                    body = response.read()
-            except (OSError, http.client.HTTPException) as err:
-                conn.close()
-                raise FilerUnreadable(f"GET {path}: {type(err).__name__}: {err}") from err
-            if response.will_close:
-                conn.close()
-            else:
-                with self._lock:
-                    if len(self._idle) < self.IDLE_MAX:
-                        self._idle.append(conn)
-                        conn = None
-                if conn is not None:
-                    conn.close()
-            return response.status, body
-        raise AssertionError("unreachable")
+        deadline = Deadline(time.monotonic() + self._timeout, time.monotonic)
+        try:
+            with self._client.exchange("GET", path, headers, None, deadline) as answer:
+                if sink is None or not 200 <= answer.status < 300:
+                    return answer.status, answer.body.read()
+                while piece := answer.body.read1(1 << 20):
+                    sink(piece)
+                return answer.status, b""
+        except (OSError, http.client.HTTPException) as err:
+            raise FilerUnreadable(f"GET {path}: {type(err).__name__}: {err}") from err
 
     def read(self, directory: str) -> AdapterFiles | None:
         base = self._root + "/" + directory.strip("/") + "/"
@@ -298,10 +269,7 @@ class FilerReader:
         return AdapterFiles(config, md5s)
 
     def close(self) -> None:
-        with self._lock:
-            idle, self._idle = self._idle, []
-        for conn in idle:
-            conn.close()
+        self._client.close()
 
 
 # --------------------------------------------------------------------------------------------
