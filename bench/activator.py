@@ -32,8 +32,8 @@ from typing import Any
 
 import httpx
 
-from bench import world as w
 from devstack.functions_host import FUNCTIONS, SOURCE, ProcessFunctionHost, free_port, launch
+from devstack.processes import descendants, kill_tree
 from devstack.stack import Stack
 
 PROBE_INTERVAL_S = 0.05
@@ -110,7 +110,7 @@ class Revision:
         if process is None:
             return 0.0
         total_kib = 0
-        for pid in [process.pid, *w.descendants(process.pid)]:
+        for pid in [process.pid, *descendants(process.pid)]:
             try:
                 rollup = Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines()
             except OSError:
@@ -123,7 +123,7 @@ class Revision:
             process, self._process, self._url = self._process, None, None
             self._ready.clear()
         if process is not None:
-            w.kill_tree(process)  # no graceful stop: a pod scaled to zero has nothing to flush
+            kill_tree(process)  # no graceful stop: a pod scaled to zero has nothing to flush
         for log in self._logs:
             log.close()
         self._logs.clear()

@@ -35,6 +35,7 @@ from cloudevents.http import CloudEvent
 from bench import world as w
 from bench.common import Result, median_of, timed
 from devstack.functions_host import free_port
+from devstack.processes import kill_tree
 from events import catalog
 from events.domain import ADAPTER_ADMITTED, ADAPTER_READY, ADAPTER_STAT_COMPLETED
 from events.external import AWS_SQS, PING
@@ -110,7 +111,7 @@ def _cold(http: httpx.Client, python: str, target: str, source: Any, event: Clou
         # Stopping is not part of a cold start, and a graceful one would wait for the server's
         # shutdown: time better spent on more rounds. Nothing is left to flush.
         for process in processes:
-            w.kill_tree(process)
+            kill_tree(process)
     return elapsed, statuses[0]
 
 

@@ -46,6 +46,7 @@ from bench import world as w
 from bench.common import Result, median_of
 from devstack.eventing.sink import EventSink
 from devstack.functions_host import free_port
+from devstack.processes import descendants
 from devstack.standins.engines.base import LoadedAdapter
 from devstack.standins.kube.resources import ResourceType
 from devstack.standins.kube.store import WriteOptions
@@ -431,7 +432,7 @@ def _measure(
             world.kube.reset_counters()
             ping = w.event(PING, {"message": "resync"})
             responses: list[httpx.Response] = []
-            workers = [pid for p in processes for pid in (p.pid, *w.descendants(p.pid))]
+            workers = [pid for p in processes for pid in (p.pid, *descendants(p.pid))]
             cpu, mine = _cpu_s(workers), os.times()
             started = time.perf_counter()
             _answer_into(responses, http, urls[0], ping)  # its parts were taken before it answered

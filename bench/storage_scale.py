@@ -48,6 +48,7 @@ from cloudevents.http import CloudEvent
 from bench import world as w
 from bench.common import Result, median_of, timed
 from devstack.functions_host import free_port
+from devstack.processes import kill_tree
 from events.domain import ADAPTER_ADMITTED
 from functions.adapters.storage import FilerStorage
 from functions.resources.kinds import VLLM_ADAPTER
@@ -85,7 +86,7 @@ def served(name: str) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
         try:
             process.wait(10)
         except subprocess.TimeoutExpired:  # a loaded machine: the arbiter and its worker
-            w.kill_tree(process)
+            kill_tree(process)
 
 
 def fresh_adapter(world: w.World, ns: str, name: str, md5s: dict[str, str]) -> None:

@@ -25,6 +25,7 @@ from cloudevents.conversion import to_binary
 from cloudevents.http import CloudEvent, from_http
 
 from devstack.functions_host import free_port, launch
+from devstack.processes import descendants
 from functions.resources.kinds import MODEL as MODEL_KIND
 from functions.resources.kinds import MODEL_DEPLOYMENT, MODEL_DEPLOYMENT_LABEL, VLLM_ADAPTER, Kind
 from tests.support.testbed import Testbed, environment, testbed
@@ -260,26 +261,6 @@ def _hwm_mib(pid: int) -> float:
     return float("nan")
 
 
-def _children(pid: int) -> list[int]:
-    found: list[int] = []
-    for task in Path(f"/proc/{pid}/task").glob("*"):
-        try:
-            found += [int(c) for c in (task / "children").read_text().split()]
-        except OSError:
-            continue
-    return found
-
-
-def descendants(pid: int) -> list[int]:
-    found: list[int] = []
-    todo = _children(pid)
-    while todo:
-        child = todo.pop()
-        found.append(child)
-        todo += _children(child)
-    return found
-
-
 def adopt_orphans() -> None:
     """Make this process the reaper of its orphaned descendants (Linux PR_SET_CHILD_SUBREAPER),
     so that `kill_tree` can reap a killed arbiter's workers itself: here PID 1 reaps nothing."""
@@ -287,21 +268,6 @@ def adopt_orphans() -> None:
 
     pr_set_child_subreaper = 36
     ctypes.CDLL(None, use_errno=True).prctl(pr_set_child_subreaper, 1, 0, 0, 0)
-
-
-def kill_tree(process: Any) -> None:
-    """SIGKILL a spawned process and its descendants (the server's worker), and reap them all
-    (the workers are ours to reap after `adopt_orphans`). The arbiter goes first, so that it
-    cannot fork a new worker for one that died."""
-    found = descendants(process.pid)
-    with contextlib.suppress(ProcessLookupError):
-        process.kill()
-    process.wait(10)
-    for pid in found:
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGKILL)
-        with contextlib.suppress(ChildProcessError):
-            os.waitpid(pid, 0)
 
 
 def peak_rss_mib(pid: int) -> float:

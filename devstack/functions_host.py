@@ -26,6 +26,7 @@ import functions_framework
 import httpx
 from werkzeug.serving import BaseWSGIServer, make_server
 
+from devstack.processes import kill_tree
 from devstack.supervisor import Supervisor
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -116,8 +117,7 @@ class ProcessFunctionHost:
             try:
                 process.wait(10)
             except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait(5)
+                kill_tree(process, 5)  # the worker too: killed alone, granian's main leaves it
         for handle in self._logs:
             handle.close()
         self._processes.clear()

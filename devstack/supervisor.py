@@ -21,6 +21,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from devstack.processes import kill_tree
+
 log = logging.getLogger("devstack.supervisor")
 
 Launch = Callable[[], "subprocess.Popen[bytes]"]
@@ -157,5 +159,4 @@ def _stop(children: list[Child], grace: float) -> None:
         try:
             child.process.wait(grace)
         except subprocess.TimeoutExpired:
-            child.process.kill()
-            child.process.wait(5)
+            kill_tree(child.process, 5)  # what it forked too (a function server's worker)

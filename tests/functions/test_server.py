@@ -22,8 +22,8 @@ import httpx
 from cloudevents.conversion import to_binary
 from cloudevents.http import CloudEvent
 
-from bench.world import descendants, kill_tree
 from devstack.functions_host import ROOT, free_port, launch
+from devstack.processes import descendants, kill_tree
 from functions.edge.server import YOUNG_COLLECTION
 from tests.support import served
 from tests.support.wait import eventually
