@@ -27,6 +27,7 @@ from pathlib import Path
 from socketserver import TCPServer
 from typing import Any, ClassVar, Literal
 
+from devstack.connection_threads import ConnectionThreads, ReusedThreadsMixIn
 from devstack.http_handler import StandInHandler
 from devstack.standins.engines.admin import handle_admin
 from devstack.standins.engines.answers import DROP, JSON, Answer, Drop, Response
@@ -332,8 +333,9 @@ class _Handler(StandInHandler):
     do_HEAD = _handle
 
 
-class _Server(ThreadingHTTPServer):
+class _Server(ReusedThreadsMixIn, ThreadingHTTPServer):
     daemon_threads = True
+    threads = ConnectionThreads("engine-connection")  # shared by every replica of the process
     allow_reuse_address = True
     request_queue_size = 256
 
