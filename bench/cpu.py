@@ -8,6 +8,7 @@ import contextlib
 import os
 import time
 
+from devstack.processes import descendants
 from devstack.stack import Stack
 
 
@@ -27,11 +28,5 @@ def stack_cpu(stack: Stack) -> dict[str, float]:
         if pid is None:
             continue
         with contextlib.suppress(OSError):
-            found[str(proc["name"])] = process_cpu_s(pid) + sum(map(process_cpu_s, _children(pid)))
+            found[str(proc["name"])] = process_cpu_s(pid) + sum(map(process_cpu_s, descendants(pid)))
     return found
-
-
-def _children(pid: int) -> list[int]:
-    with contextlib.suppress(OSError), open(f"/proc/{pid}/task/{pid}/children") as listing:
-        return [int(c) for c in listing.read().split()]
-    return []
