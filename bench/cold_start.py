@@ -35,7 +35,7 @@ from cloudevents.http import CloudEvent
 from bench import world as w
 from bench.common import Result, median_of, timed
 from devstack.functions_host import free_port
-from devstack.processes import kill_tree
+from devstack.processes import adopt_orphans, kill_tree
 from events import catalog
 from events.domain import ADAPTER_ADMITTED, ADAPTER_READY, ADAPTER_STAT_COMPLETED
 from events.external import AWS_SQS, PING
@@ -120,7 +120,7 @@ def run(smoke: bool) -> Result:
     functions = ("stat", "resync") if smoke else FUNCTIONS
     python, environment = interpreter()
     byte_compile()
-    w.adopt_orphans()
+    adopt_orphans()
     with w.world(functions=False) as world:
         catalog = events(world.namespace())
         launches = {"floor": (FLOOR, catalog["stat"]), **{name: (MAIN, catalog[name]) for name in functions}}

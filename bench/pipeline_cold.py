@@ -21,10 +21,10 @@ from __future__ import annotations
 from typing import Any
 
 from bench import cold_start
-from bench import world as w
 from bench.activator import ActivatedStack
 from bench.common import Result, median_of
 from bench.upload_latency import Probe, create_deployment, measure_one, ready_pods
+from devstack.processes import adopt_orphans
 from tests.support.wait import eventually
 
 COLD = ("admit", "stat", "verify", "load")
@@ -53,7 +53,7 @@ def run(smoke: bool) -> Result:
     repeats = 1 if smoke else 7
     python, environment = cold_start.interpreter()
     cold_start.byte_compile()
-    w.adopt_orphans()
+    adopt_orphans()
     runs: dict[str, list[dict[str, Any]]] = {"cold": [], "warm": []}
     stack = ActivatedStack(ping_period=None, python=python)
     with stack:

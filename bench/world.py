@@ -261,15 +261,6 @@ def _hwm_mib(pid: int) -> float:
     return float("nan")
 
 
-def adopt_orphans() -> None:
-    """Make this process the reaper of its orphaned descendants (Linux PR_SET_CHILD_SUBREAPER),
-    so that `kill_tree` can reap a killed arbiter's workers itself: here PID 1 reaps nothing."""
-    import ctypes
-
-    pr_set_child_subreaper = 36
-    ctypes.CDLL(None, use_errno=True).prctl(pr_set_child_subreaper, 1, 0, 0, 0)
-
-
 def peak_rss_mib(pid: int) -> float:
     """Largest VmHWM (peak resident set), MiB, of a live process and its descendants.
 

@@ -7,6 +7,7 @@ kills what it forked too, the main process first so that it cannot fork another.
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import os
 import signal
 import subprocess
@@ -34,9 +35,17 @@ def descendants(pid: int) -> list[int]:
     return found
 
 
+def adopt_orphans() -> None:
+    """Make this process the reaper of its orphaned descendants (Linux PR_SET_CHILD_SUBREAPER),
+    so that `kill_tree` can reap a killed main process's workers itself: here PID 1 reaps
+    nothing."""
+    pr_set_child_subreaper = 36
+    ctypes.CDLL(None, use_errno=True).prctl(pr_set_child_subreaper, 1, 0, 0, 0)
+
+
 def kill_tree(process: subprocess.Popen[bytes], wait_s: float = 10.0) -> None:
     """SIGKILL a spawned process, then its descendants, and reap what is ours to reap (the
-    descendants only after `bench.world.adopt_orphans`; otherwise PID 1 reaps them)."""
+    descendants only after `adopt_orphans`; otherwise PID 1 reaps them)."""
     found = descendants(process.pid)
     with contextlib.suppress(ProcessLookupError):
         process.kill()
