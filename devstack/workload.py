@@ -113,8 +113,11 @@ class Workload:
         api: client.ApiClient,
         mount_root: Path,
         fleet: EngineFleet | None = None,
+        namespace_prefix: str = "",
         **engine_defaults: Any,
     ) -> None:
+        """`namespace_prefix`: run only the targets of namespaces so named; a test tier that
+        shares its control plane with another keeps to its own namespaces, as tenants do."""
         self._custom = client.CustomObjectsApi(api)
         self._core = client.CoreV1Api(api)
         # Port 0: every replica has its own address already; an ephemeral port keeps parallel
@@ -122,6 +125,7 @@ class Workload:
         self.fleet = fleet if fleet is not None else EngineFleet(port=0)
         self.mount_root = mount_root
         self.engine_defaults = engine_defaults
+        self.namespace_prefix = namespace_prefix
         self.mount = MountCache()
         """The SeaweedFS mount of this node, which every engine here reads through."""
         self._lock = threading.RLock()
@@ -135,7 +139,8 @@ class Workload:
             for kind in (MODEL_DEPLOYMENT, INFERENCE_SERVICE):
                 targets = self._custom.list_cluster_custom_object(kind.group, kind.version, kind.plural)
                 for target in targets.get("items") or []:
-                    self._sync_target(kind, target)
+                    if target["metadata"]["namespace"].startswith(self.namespace_prefix):
+                        self._sync_target(kind, target)
             self._drop_orphans()
 
     def _sync_target(self, kind: Kind, target: dict[str, Any]) -> None:
