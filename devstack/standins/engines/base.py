@@ -499,7 +499,18 @@ class EngineReplica:
 
         self.faults = FaultSet()
         self.restarts = 0
-        self.calls: dict[str, int] = {"load": 0, "unload": 0, "models": 0, "health": 0}
+        self.calls: dict[str, int] = {
+            "load": 0,
+            "unload": 0,
+            "models": 0,
+            "health": 0,
+            "completion": 0,
+            "info": 0,
+        }
+        self.evictions = 0
+        """Adapters the engine put out of memory to make room (its capacity at work)."""
+        self.reloads = 0
+        """Adapters the engine read again from their lora_path because a request named them."""
         self.load_log: deque[LoadInterval] = deque(maxlen=10_000)
         self.presence_log: deque[tuple[float, str, bool]] = deque(maxlen=10_000)
         """(time.monotonic(), name, served): every moment a name came or went (a restart included),
@@ -584,6 +595,11 @@ class EngineReplica:
             self.restarts += 1
             self._unhealthy_until = time.monotonic() + max(0.0, unhealthy_for_s)
             self._reset_adapters()
+            self.forget_memory()
+
+    def forget_memory(self) -> None:
+        """What a restart loses beyond the listed adapters (caller holds the lock): an engine's
+        caches of weights and of names it may reload."""
 
     def _reset_adapters(self) -> None:
         now = time.monotonic()
@@ -680,6 +696,9 @@ class EngineReplica:
             "healthy": self.healthy,
             "restarts": self.restarts,
             "calls": dict(self.calls),
+            "evictions": self.evictions,
+            "reloads": self.reloads,
+            "memory": self.memory(),
             "faults": self.faults.snapshot(),
             "config": self.config(),
             "loads": [
@@ -689,6 +708,10 @@ class EngineReplica:
                 {"at": at, "name": name, "served": served} for at, name, served in list(self.presence_log)
             ],
         }
+
+    def memory(self) -> dict[str, Any]:
+        """What the engine holds beyond its listing (weights resident, names it may reload)."""
+        return {}
 
     # ---- request path ------------------------------------------------------------------
 
@@ -808,6 +831,33 @@ def parse_json_object(body: bytes) -> dict[str, Any] | None:
     except (ValueError, UnicodeDecodeError):
         return None
     return data if isinstance(data, dict) else None
+
+
+def completion_body(
+    replica: EngineReplica, model: str, adapter: LoadedAdapter | None, reloaded: bool
+) -> dict[str, Any]:
+    """An OpenAI text completion (the engines' `POST /v1/completions`), with one field no real
+    engine answers: `served_by`, the adapter weights that served it (its path and the MD5s of
+    the files the replica read for it) and whether they were read again for this request."""
+    body: dict[str, Any] = {
+        "id": f"cmpl-{replica.host.replace('.', '')}{replica.port}-{replica.calls.get('completion', 0)}",
+        "object": "text_completion",
+        "created": int(time.time()),
+        "model": model,
+        "choices": [{"index": 0, "text": "ok", "logprobs": None, "finish_reason": "length"}],
+        "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2},
+    }
+    body["served_by"] = (
+        None
+        if adapter is None
+        else {
+            "lora_name": adapter.name,
+            "lora_path": adapter.path,
+            "md5s": dict(adapter.md5s),
+            "reloaded": reloaded,
+        }
+    )
+    return body
 
 
 def media_type(headers: Message) -> str:

@@ -3,7 +3,8 @@
 Nothing here mirrors upstream code: faults model what a cluster does to an engine pod
 (HTTP errors, slow answers, connections reset, the container restarting mid-request).
 
-A fault matches engine routes by name (``load``, ``unload``, ``models``, ``health``) and is
+A fault matches engine routes by name (``load``, ``unload``, ``models``, ``health``,
+``completion``, ``info``) and is
 consumed ``times`` times (``None`` = until cleared). Wire form (``POST /_devstack/faults``)::
 
     {"status": 500, "times": 3, "routes": ["load"]}     # answer 500 (engine-shaped error body)
@@ -23,7 +24,7 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any
 
-ROUTES = frozenset({"load", "unload", "models", "health"})
+ROUTES = frozenset({"load", "unload", "models", "health", "completion", "info"})
 
 
 class FaultSpecError(ValueError):

@@ -13,6 +13,13 @@ Mirrors, per route:
 * ``GET /v1/models``: python/sglang/srt/entrypoints/openai/serving_models (PR #12229): base card
   (``root`` = served model name) then ``{"id": lora_name, "root": lora_path, "parent": base}``.
 * ``GET /health``: http_server.py ``health`` (200 empty; 503 while starting).
+* ``GET /server_info`` (and its deprecated alias ``GET /get_server_info``): http_server.py
+  ``server_info``, ``{**dataclasses.asdict(server_args), ...scheduler info, "version"}``: the
+  LoRA settings below are reported there under their ``ServerArgs`` names.
+* ``POST /v1/completions`` with ``model`` = an adapter name (or ``base:adapter``): the OpenAI
+  route; before the request runs, tokenizer_manager.py ``_resolve_lora_path`` touches the
+  adapter in the registry (lora_registry.py ``get_unregistered_loras``: ``move_to_end``) and
+  reloads an evicted one. The answer carries ``served_by`` (base.py ``completion_body``).
 * Body validation: FastAPI (``LoadLoRAAdapterReqInput`` dataclass) -> 422 ``{"detail": [...]}``.
 
 Choices where versions / the seed differ (switchable):
@@ -24,14 +31,38 @@ Choices where versions / the seed differ (switchable):
 * ``loaded_adapters`` is the full map on success and on failures raised by the LoRA manager
   (duplicate, bad path, rank, pinned slots); ``null`` on tokenizer-level failures (LoRA not
   enabled, unknown name on unload), as upstream.
-* ``--max-loaded-loras`` LRU eviction is not modelled.
+
+Capacity (``max_loaded_loras``; None, the default, is unbounded), ``capacity_mode``:
+
+* ``"evict"`` (PR #11526 onwards): tokenizer_control_mixin.py ``load_lora_adapter`` registers the
+  new adapter, then while the registry holds more than ``max_loaded_loras`` unloads
+  ``LoRARegistry.lru_lora_name(exclude_pinned=True)`` (the registry is an OrderedDict kept in
+  use order) and drops it from the answer's ``loaded_adapters``: 200, the evicted name gone from
+  ``/v1/models``. Nothing unpinned left: 400 "Didn't find any LoRA adapters when trying to evict
+  LRU LoRA adapter. LoRA registry is: ..." with the new adapter left registered. Every name
+  ever loaded stays in ``lora_ref_cache`` (explicit unloads included, a restart clears it): a
+  request naming one that is not registered loads it again from its cached path, reading the
+  files anew; a name never loaded is a 400 "Got LoRA adapter that has never been loaded".
+* ``"refuse"`` (before it): ``load_lora_adapter`` checks first, under ``lora_update_lock``:
+  at ``max_loaded_loras`` a load is a 400 "Cannot load LoRA adapter <n> at path <p>. Maximum
+  number of loaded LoRA adapters is N. Please unload some LoRA adapters before loading new ones."
+  (a duplicate at capacity gets this answer, not "already loaded"); nothing is reloaded
+  implicitly.
+
+``max_loras_per_batch`` is the GPU memory pool: a request whose adapter holds no slot takes one,
+putting out another chosen by ``lora_eviction_policy`` (lora/mem_pool.py with
+lora/eviction_policy.py: ``lru`` the least recently used, ``fifo`` the first loaded; pinned
+adapters keep theirs). server_args.py checks ``max_loaded_loras >= max_loras_per_batch`` at
+start: the stand-in refuses to be built otherwise.
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
 import threading
 import time
+from collections import OrderedDict
 from collections.abc import Iterator
 from email.message import Message
 from pathlib import Path
@@ -44,6 +75,7 @@ from devstack.standins.engines.base import (
     AdapterRankTooHigh,
     EngineReplica,
     LoadedAdapter,
+    completion_body,
     media_type,
     parse_json_object,
 )
@@ -55,7 +87,12 @@ _ROUTES = {
     "/v1/models": ("GET", "models"),
     "/load_lora_adapter": ("POST", "load"),
     "/unload_lora_adapter": ("POST", "unload"),
+    "/server_info": ("GET", "info"),
+    "/get_server_info": ("GET", "info"),
+    "/v1/completions": ("POST", "completion"),
 }
+CAPACITY_MODES = ("evict", "refuse")
+EVICTION_POLICIES = ("lru", "fifo")
 LORA_NOT_ENABLED = "LoRA is not enabled. Please set `--enable-lora` to enable LoRA."
 
 
@@ -69,6 +106,9 @@ class SglangReplica(EngineReplica):
         "lora_enabled": bool,
         "serialize_updates": bool,
         "max_loras_per_batch": int,
+        "capacity_mode": str,
+        "lora_eviction_policy": str,
+        "info_patch": dict,
     }
 
     def __init__(
@@ -85,6 +125,9 @@ class SglangReplica(EngineReplica):
         lora_enabled: bool = True,
         serialize_updates: bool = False,
         max_loras_per_batch: int = 8,
+        max_loaded_loras: int | None = None,
+        capacity_mode: str = "evict",
+        lora_eviction_policy: str = "lru",
         **kwargs: Any,
     ) -> None:
         super().__init__(
@@ -102,7 +145,32 @@ class SglangReplica(EngineReplica):
         self.lora_enabled = lora_enabled
         self.serialize_updates = serialize_updates
         self.max_loras_per_batch = max_loras_per_batch
+        self._validate_setting("capacity_mode", capacity_mode)
+        self._validate_setting("lora_eviction_policy", lora_eviction_policy)
+        if max_loaded_loras is not None and max_loaded_loras < max_loras_per_batch:
+            # server_args.py check_lora_server_args: the engine does not start
+            raise ValueError(
+                f"max_loaded_loras ({max_loaded_loras}) must be >= "
+                f"max_loras_per_batch ({max_loras_per_batch})"
+            )
+        self.max_loaded_loras = max_loaded_loras
+        self.capacity_mode = capacity_mode
+        self.lora_eviction_policy = lora_eviction_policy
+        self.info_patch: dict[str, Any] = {}
+        """Keys laid over the server info answer (a test's garbage: ``{"max_loaded_loras": "x"}``)."""
         self._update_lock = threading.Lock()
+        self._ref_cache: dict[str, tuple[str, bool]] = {}
+        """lora_ref_cache: every name loaded since the start -> (path, pinned)."""
+        self._gpu: OrderedDict[str, None] = OrderedDict()
+        """The GPU memory pool's slots (max_loras_per_batch), in eviction order."""
+
+    def forget_memory(self) -> None:
+        self._ref_cache = {}
+        self._gpu = OrderedDict()
+
+    def memory(self) -> dict[str, Any]:
+        with self._lock:
+            return {"reloadable": sorted(self._ref_cache), "gpu": list(self._gpu)}
 
     def _validate_setting(self, key: str, value: Any) -> None:
         super()._validate_setting(key, value)
@@ -110,6 +178,10 @@ class SglangReplica(EngineReplica):
             raise ValueError("duplicate_status must be 400 or 409")
         if key == "max_loras_per_batch" and value < 1:
             raise ValueError("max_loras_per_batch must be >= 1")
+        if key == "capacity_mode" and value not in CAPACITY_MODES:
+            raise ValueError(f"capacity_mode must be one of {CAPACITY_MODES}")
+        if key == "lora_eviction_policy" and value not in EVICTION_POLICIES:
+            raise ValueError(f"lora_eviction_policy must be one of {EVICTION_POLICIES}")
 
     # ---- bodies ------------------------------------------------------------------------
 
@@ -164,6 +236,8 @@ class SglangReplica(EngineReplica):
             return Response(200)
         if name == "models":
             return self.listing_answer(self.models_payload)
+        if name == "info":
+            return Response.json(200, self.server_info())
         if media_type(headers) != JSON:
             return self._validation_error(
                 "",
@@ -174,6 +248,8 @@ class SglangReplica(EngineReplica):
         data = parse_json_object(body)
         if data is None:
             return self._validation_error("", "JSON decode error", "json_invalid", {})
+        if name == "completion":
+            return self._completion(data)
         required = ("lora_name", "lora_path") if name == "load" else ("lora_name",)
         for key in required:
             if key not in data:
@@ -230,6 +306,15 @@ class SglangReplica(EngineReplica):
             with self._lock:
                 exists = name in self._adapters
                 pinned_count = sum(1 for a in self._adapters.values() if a.pinned)
+                count = len(self._adapters)
+            limit = self.max_loaded_loras
+            if self.capacity_mode == "refuse" and limit is not None and count >= limit:
+                return self.result(
+                    False,
+                    f"Cannot load LoRA adapter {name} at path {path}. Maximum number of loaded LoRA "
+                    f"adapters is {limit}. Please unload some LoRA adapters before loading new ones.",
+                    with_adapters=False,
+                )
             if exists:  # LoRAManager.validate_new_adapter
                 return self.result(
                     False,
@@ -268,12 +353,114 @@ class SglangReplica(EngineReplica):
                 return failure
             with self._lock:
                 lost = self._generation != gen
+                stuck: str | None = None
                 if not lost:
                     self.put_adapter(LoadedAdapter(name, path, pinned=pinned, md5s=checked.md5s))
+                    self._ref_cache[name] = (path, pinned)
+                    stuck = self._evict_over_limit()
             self.record_load(name, start, not lost)
             if lost:
                 return DROP
+            if stuck is not None:
+                return self.result(False, stuck, with_adapters=False)
         return self.result(True)
+
+    def _evict_over_limit(self) -> str | None:
+        """Unload the least recently used unpinned adapters while the registry is over
+        ``max_loaded_loras`` (caller holds the lock); the error when none is left to unload."""
+        limit = self.max_loaded_loras
+        if self.capacity_mode != "evict" or limit is None:
+            return None
+        while len(self._adapters) > limit:
+            victim = next((n for n, a in self._adapters.items() if not a.pinned), None)
+            if victim is None:
+                registry = {n: a.path for n, a in self._adapters.items()}
+                return (
+                    "Didn't find any LoRA adapters when trying to evict LRU LoRA adapter. "
+                    f"LoRA registry is: {registry}"
+                )
+            self.drop_adapter(victim)
+            self._gpu.pop(victim, None)
+            self.evictions += 1
+        return None
+
+    # ---- server info and requests ------------------------------------------------------
+
+    def server_info(self) -> dict[str, Any]:
+        """``/server_info``: the ServerArgs fields (those the stand-in models), then the patch."""
+        info: dict[str, Any] = {
+            "model_path": self.model_path,
+            "served_model_name": self.served_model,
+            "enable_lora": self.lora_enabled,
+            "max_lora_rank": self.max_lora_rank,
+            "max_loras_per_batch": self.max_loras_per_batch,
+            "max_loaded_loras": self.max_loaded_loras,
+            "lora_eviction_policy": self.lora_eviction_policy,
+            "lora_paths": [{"lora_name": n, "lora_path": p} for n, p in self.static_adapters.items()],
+            "dp_size": 1,
+            "version": "0.5.3-devstack",
+        }
+        return {**info, **self.info_patch}
+
+    def _completion(self, data: dict[str, Any]) -> Answer:
+        """``POST /v1/completions``: the adapter a request names is touched as traffic does."""
+        model = data.get("model")
+        if not isinstance(model, str) or not model:
+            return self._validation_error("model", "Field required", "missing", data)
+        name = model.split(":", 1)[1] if model.startswith(self.served_model + ":") else model
+        if name == self.served_model:
+            return Response.json(200, completion_body(self, model, None, False))
+        reloaded = False
+        with self._lock:
+            registered = name in self._adapters
+            if registered:
+                self._adapters.move_to_end(name)  # get_unregistered_loras: a lookup is a use
+            cached = self._ref_cache.get(name)
+        if not registered:
+            if self.capacity_mode != "evict" or cached is None:
+                known = list(self._ref_cache) if self.capacity_mode == "evict" else list(self.loaded)
+                return self._request_error(
+                    f"Got LoRA adapter that has never been loaded: {name}\nAll loaded adapters: {known}."
+                )
+            answer = self._load(name, cached[0], cached[1])  # _resolve_lora_path's implicit load
+            if isinstance(answer, Response) and answer.status != 200:
+                message = json.loads(answer.body).get("error_message") or ""
+                if "already loaded" not in message:
+                    return self._request_error(f"Failed to implicitly load LoRA adapter {name}: {message}")
+            if not isinstance(answer, Response):
+                return answer
+            reloaded = True
+            with self._lock:
+                self.reloads += 1
+        with self._lock:
+            adapter = self._adapters.get(name)
+            if adapter is None:  # evicted by a concurrent load before this request acquired it
+                return self._request_error(f"LoRA adapter {name} was unloaded while the request waited")
+            self._take_gpu_slot(name)
+        return Response.json(200, completion_body(self, model, adapter, reloaded))
+
+    def _take_gpu_slot(self, name: str) -> None:
+        """A batch's adapter gets a slot of the GPU pool (caller holds the lock): a hit under
+        ``lru`` counts as a use; a miss puts out the first unpinned slot in eviction order."""
+        if name in self._gpu:
+            if self.lora_eviction_policy == "lru":
+                self._gpu.move_to_end(name)
+            return
+        while len(self._gpu) >= self.max_loras_per_batch:
+            victim = next(
+                (n for n in self._gpu if not (n in self._adapters and self._adapters[n].pinned)), None
+            )
+            if victim is None:
+                break
+            del self._gpu[victim]
+        self._gpu[name] = None
+
+    def _request_error(self, message: str) -> Response:
+        """A request the tokenizer manager refuses (ValueError -> 400 ErrorResponse)."""
+        return Response.json(
+            400,
+            {"object": "error", "message": message, "type": "BadRequestError", "param": None, "code": 400},
+        )
 
     def _unload(self, name: str) -> Answer:
         with self.name_lock(name):

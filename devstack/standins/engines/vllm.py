@@ -24,11 +24,33 @@ Choices where versions differ (all switchable):
   above ``max_lora_rank`` is always 400 ``BadRequestError`` (upstream ``BADREQUEST_CASES``).
 * ``supports_load_inplace=True``: ``load_inplace`` honoured (PR #31326) and the "already loaded"
   message carries the in-place hint; ``False`` gives the older short message and ignores it.
+* ``unload_frees=False``: unload drops the name from the frontend registry only
+  (``OpenAIServingModels.unload_lora_adapter`` is ``del self.lora_requests[lora_name]``, issue
+  #54839): the worker keeps the weights in its CPU cache and GPU slot until LRU puts them out,
+  and a load under the same name gets a fresh ``lora_int_id``, so both copies are cached.
+  ``True`` is the fix proposed in PR #54939 (``engine_client.remove_lora`` first).
+
+Capacity (vllm/lora/worker_manager.py ``LRUCacheWorkerLoRAManager``, vllm/lora/model_manager.py
+``LRUCacheLoRAModelManager``; vllm/config/lora.py ``LoRAConfig``: ``max_loras`` default 1,
+``max_cpu_loras`` default ``max_loras``, and at least it):
+
+* ``/v1/models`` lists every name loaded and not unloaded: the frontend registry is unbounded,
+  and a load answers 200 whatever the worker holds.
+* A load calls ``engine_client.add_lora``: the worker's CPU cache (``max_cpu_loras`` entries,
+  keyed by ``lora_int_id``) takes the weights and, when full, first removes the least recently
+  used (``remove_oldest_adapter``). Pinning exists only through the Python API.
+* ``POST /v1/completions`` with ``model`` = an adapter name (``_check_model``: an unknown name is
+  404 "The model `<n>` does not exist."): ``_apply_adapters`` re-reads an adapter the cache lost
+  from its ``lora_path`` (``_load_adapter``), evicting the least recently used, then activates it
+  in one of ``max_loras`` GPU slots (LRU as well). The answer carries ``served_by`` (base.py
+  ``completion_body``): the MD5s of what was read, at the load or again at this request.
 """
 
 from __future__ import annotations
 
+import itertools
 import time
+from collections import OrderedDict
 from email.message import Message
 from http import HTTPStatus
 from pathlib import Path
@@ -42,6 +64,7 @@ from devstack.standins.engines.base import (
     EngineReplica,
     LoadedAdapter,
     check_adapter_dir,
+    completion_body,
     media_type,
     parse_json_object,
 )
@@ -52,7 +75,10 @@ _ROUTES = {
     "/v1/models": ("GET", "models"),
     "/v1/load_lora_adapter": ("POST", "load"),
     "/v1/unload_lora_adapter": ("POST", "unload"),
+    "/v1/completions": ("POST", "completion"),
 }
+_LORA_IDS = itertools.count(1)
+"""vllm/lora/request.py ids: one per load, process-wide (models.py ``get_lora_id``)."""
 _LORA_PATHS = frozenset({"/v1/load_lora_adapter", "/v1/unload_lora_adapter"})
 UNSUPPORTED_MEDIA = "Unsupported Media Type: Only 'application/json' is allowed"
 
@@ -68,6 +94,7 @@ class VllmReplica(EngineReplica):
         "old_content_type_415": bool,
         "invalid_adapter_status": int,
         "supports_load_inplace": bool,
+        "unload_frees": bool,
     }
 
     def __init__(
@@ -85,6 +112,9 @@ class VllmReplica(EngineReplica):
         old_content_type_415: bool = False,
         invalid_adapter_status: int = 400,
         supports_load_inplace: bool = True,
+        max_loras: int = 1,
+        max_cpu_loras: int | None = None,
+        unload_frees: bool = False,
         **kwargs: Any,
     ) -> None:
         super().__init__(
@@ -104,6 +134,44 @@ class VllmReplica(EngineReplica):
         self.supports_load_inplace = supports_load_inplace
         self._validate_setting("error_shape", error_shape)
         self._validate_setting("invalid_adapter_status", invalid_adapter_status)
+        cpu = max_loras if max_cpu_loras is None else max_cpu_loras
+        if max_loras < 1 or cpu < max_loras:
+            # LoRAConfig.__post_init__: max_cpu_loras must be >= max_loras (the engine does not start)
+            raise ValueError(f"max_cpu_loras ({cpu}) must be >= max_loras ({max_loras}) >= 1")
+        self.max_loras = max_loras
+        self.max_cpu_loras = cpu
+        self.unload_frees = unload_frees
+        self._ids: dict[str, int] = {}
+        """lora_requests: name -> lora_int_id of the frontend registry."""
+        self._cpu: OrderedDict[int, LoadedAdapter] = OrderedDict()
+        """The worker's CPU cache, least recently used first."""
+        self._gpu: OrderedDict[int, None] = OrderedDict()
+        """The ``max_loras`` GPU slots, least recently used first."""
+
+    def forget_memory(self) -> None:
+        self._ids = {}
+        self._cpu = OrderedDict()
+        self._gpu = OrderedDict()
+
+    def memory(self) -> dict[str, Any]:
+        with self._lock:
+            return {
+                "cpu": [{"id": i, "name": a.name, "path": a.path} for i, a in self._cpu.items()],
+                "gpu": list(self._gpu),
+                "resident": sorted({a.name for i, a in self._cpu.items() if self._ids.get(a.name) == i}),
+            }
+
+    def _cache(self, lora_id: int, adapter: LoadedAdapter) -> None:
+        """``add_adapter`` (caller holds the lock): into the CPU cache, the oldest out if full."""
+        if lora_id in self._cpu:
+            self._cpu[lora_id] = adapter
+            self._cpu.move_to_end(lora_id)
+            return
+        while len(self._cpu) >= self.max_cpu_loras:
+            old, _ = self._cpu.popitem(last=False)
+            self._gpu.pop(old, None)
+            self.evictions += 1
+        self._cpu[lora_id] = adapter
 
     def _validate_setting(self, key: str, value: Any) -> None:
         super()._validate_setting(key, value)
@@ -159,6 +227,8 @@ class VllmReplica(EngineReplica):
         data = parse_json_object(body)
         if data is None:  # FastAPI RequestValidationError -> 400 in vLLM's handler
             return self.error(400, "Request body must be a JSON object.", "BadRequestError")
+        if name == "completion":
+            return self._completion(data)
         if name == "load":
             return self._load(data)
         return self._unload(data)
@@ -268,8 +338,11 @@ class VllmReplica(EngineReplica):
                         current.path = path
                         current.static = False
                         current.md5s = checked.md5s
+                        lora_id = self._ids.setdefault(name, next(_LORA_IDS))
                     else:
                         self.put_adapter(LoadedAdapter(name, path, md5s=checked.md5s))
+                        lora_id = self._ids[name] = next(_LORA_IDS)
+                    self._cache(lora_id, LoadedAdapter(name, path, md5s=checked.md5s))
             self.record_load(name, start, not lost)
             if lost:
                 return DROP
@@ -293,4 +366,48 @@ class VllmReplica(EngineReplica):
                 time.sleep(self.unload_latency_s)
             with self._lock:
                 self.drop_adapter(name)
+                lora_id = self._ids.pop(name, None)
+                if self.unload_frees and lora_id is not None:
+                    self._cpu.pop(lora_id, None)
+                    self._gpu.pop(lora_id, None)
         return Response(200, f"Success: LoRA adapter '{name}' removed successfully.".encode())
+
+    def _completion(self, data: dict[str, Any]) -> Answer:
+        """``POST /v1/completions``: the named adapter's weights are used as a request uses them."""
+        model = data.get("model")
+        if not isinstance(model, str) or not model:
+            return self.error(400, "The model field is required.", "BadRequestError")
+        if model == self.served_model:
+            return Response.json(200, completion_body(self, model, None, False))
+        with self._lock:
+            registered = self._adapters.get(model)
+            lora_id = self._ids.get(model)
+            if lora_id is None and registered is not None:  # --lora-modules: an id at start
+                lora_id = self._ids[model] = next(_LORA_IDS)
+            cached = self._cpu.get(lora_id) if lora_id is not None else None
+            if cached is not None:
+                self._cpu.move_to_end(lora_id)  # type: ignore[arg-type]
+        if registered is None or lora_id is None:
+            return self.error(404, f"The model `{model}` does not exist.", "NotFoundError")
+        reloaded = False
+        if cached is None:  # WorkerLoRAManager._load_adapter: read from lora_path again
+            try:
+                checked = check_adapter_dir(self.read_adapter(registered.path), self.max_lora_rank)
+            except AdapterNotFound:
+                missing = f"Loading lora {model} failed: No adapter found for {registered.path}"
+                return self.error(404, missing, "NotFoundError")
+            except (AdapterRankTooHigh, AdapterInvalid) as exc:
+                return self.error(500, f"Loading lora {model} failed: {exc}", "InternalServerError")
+            cached = LoadedAdapter(model, registered.path, md5s=checked.md5s)
+            reloaded = True
+            with self._lock:
+                self._cache(lora_id, cached)
+                self.reloads += 1
+        with self._lock:
+            if lora_id in self._gpu:
+                self._gpu.move_to_end(lora_id)
+            else:
+                while len(self._gpu) >= self.max_loras:
+                    self._gpu.popitem(last=False)
+                self._gpu[lora_id] = None
+        return Response.json(200, completion_body(self, model, cached, reloaded))
