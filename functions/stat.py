@@ -7,7 +7,8 @@ Reads: the vllm adapter (re-read; for file.changed the adapter is found from the
     (`stat_dir` of `status.storageRef.path`, else the computed directory).
 Writes: one status write: files [{path, size}], size (BinarySI Quantity of the total,
     "0" when empty), integrity.files {path: {md5 (hex, omitted when the backend reported
-    none), size}} whenever at least one file was seen (removed when none); phase/ready
+    none), size, version (for a file without an MD5: what changes with its bytes)}}
+    whenever at least one file was seen (removed when none); phase/ready
     re-derived (files seen moves Pending to Processing). files and integrity.files record at
     most `LORAFLOW_STATUS_MAX_FILES` files: every declared one (spec.integrity.md5) first,
     then the others in path order; size is always the total of all. A Warning Event
@@ -114,7 +115,9 @@ def decide(
     files = recorded(adapter, listing, max_files, max_bytes)
     total = sum(f.size for f in listing)
     integrity = (status.integrity or IntegrityStatus()).model_copy(
-        update={"files": {f.path: FileStatus(md5=f.md5, size=f.size) for f in files} or None}
+        update={
+            "files": {f.path: FileStatus(md5=f.md5, size=f.size, version=f.version) for f in files} or None
+        }
     )
     conds = status.conditions
     current = conditions.find(conds, phase.READY)
@@ -138,11 +141,12 @@ def decide(
 
 
 def declared_changed(adapter: LoRAAdapter, listing: Sequence[StoredFile]) -> bool:
-    """A declared file is observed with another MD5 or size than the status recorded, or it
-    came or went. (A file storage reports without an MD5 changes unseen when its size stays.)"""
+    """A declared file is observed with another MD5, size or version than the status recorded,
+    or it came or went. The version (chunk ids, inode and mtime; the S3 ETag) of a file listed
+    without an MD5 changes with its bytes, so a replacement of the same size is judged again."""
     declared = set(adapter.declared_md5s())
-    before = {p: (f.md5, f.size) for p, f in adapter.recorded_files().items() if p in declared}
-    after = {f.path: (f.md5, f.size) for f in listing if f.path in declared}
+    before = {p: (f.md5, f.size, f.version) for p, f in adapter.recorded_files().items() if p in declared}
+    after = {f.path: (f.md5, f.size, f.version) for f in listing if f.path in declared}
     return before != after
 
 

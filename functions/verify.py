@@ -127,7 +127,7 @@ def handle(event: CloudEvent, deps: Deps) -> CloudEvent | None:
         return None
     now = deps.clock()
     limit = deps.settings.hash_max_bytes
-    hashes: dict[tuple[str, int | None], str | None] = {}
+    hashes: dict[tuple[str, int | None, str | None], str | None] = {}
     seen: dict[str, Obj] = {}
 
     def desired(current: Obj) -> Obj | None:
@@ -136,9 +136,10 @@ def handle(event: CloudEvent, deps: Deps) -> CloudEvent | None:
             return None
         adapter = stored(LoRAAdapter, current)
         observed = observed_files(adapter)
+        versions = {p: f.version for p, f in adapter.recorded_files().items()}
         hashed: dict[str, str | None] = {}
         for path in integrity.to_hash(declared(adapter), observed):
-            key = (path, observed[path].size)
+            key = (path, observed[path].size, versions.get(path))
             if key not in hashes:
                 hashes[key] = deps.storage.hash_file(path, limit) if limit > 0 else None
             hashed[path] = hashes[key]

@@ -47,6 +47,17 @@ class StoredFile(NamedTuple):
     size: int
     md5: str | None
     """Hex MD5 as the backend reported it; None when it reported none."""
+    version: str | None = None
+    """For a file listed without an MD5: a token that changes whenever its bytes do (the filer's
+    chunk file ids, inode and mtime; the S3 ETag), so that a same-size replacement is seen."""
+
+
+class ChunkRef(TypedDict, total=False):
+    """The fields of a filer chunk that name its bytes (a rewrite always gets new file ids)."""
+
+    file_id: str
+    offset: int
+    size: int
 
 
 class ListedEntry(TypedDict, total=False):
@@ -56,6 +67,9 @@ class ListedEntry(TypedDict, total=False):
     Mode: int | None
     FileSize: int | None
     Md5: str | None
+    Mtime: str | None
+    Inode: int | None
+    chunks: list[ChunkRef] | None
 
 
 class ListingPage(TypedDict, total=False):
@@ -108,6 +122,32 @@ def md5_from_base64(value: str | None) -> str | None:
     except (binascii.Error, ValueError, TypeError):
         return None
     return raw.hex() if len(raw) == 16 else None
+
+
+def entry_version(entry: Any) -> str | None:
+    """What changes whenever a filer entry's bytes do: its chunks' file ids (a write, an append,
+    a copy or an upload always stores new ones), inode and mtime, as a short digest.
+
+    A rename over a file keeps the source's chunks but not the target's: it is another entry.
+    None when the entry names none of these (not a real filer's listing).
+    """
+    parts: list[str] = []
+    chunks = entry.get("chunks")
+    for chunk in chunks if isinstance(chunks, list) else []:
+        if isinstance(chunk, dict):
+            parts.append(f"{chunk.get('file_id')}@{chunk.get('offset') or 0}+{chunk.get('size') or 0}")
+    inode, mtime = entry.get("Inode"), entry.get("Mtime")
+    if not parts and inode is None and mtime is None:
+        return None
+    text = f"{inode}|{mtime}|{entry.get('FileSize')}|" + ",".join(parts)
+    return "fv1:" + hashlib.sha256(text.encode()).hexdigest()[:24]
+
+
+def etag_version(etag: str | None) -> str | None:
+    """An S3 ETag as a change token: a multipart ETag is the MD5 of its parts' MD5s, so other
+    bytes give another one (AWS and the SeaweedFS gateway, weed/s3api/filer_multipart.go)."""
+    bare = (etag or "").strip().strip('"').lower()
+    return "etag:" + bare if bare else None
 
 
 def md5_from_etag(etag: str | None) -> str | None:
@@ -171,7 +211,9 @@ class FilerStorage:
                     pending.append(str(entry["FullPath"]).rstrip("/") + "/")
                 else:
                     path, size = str(entry["FullPath"]), int(entry.get("FileSize") or 0)
-                    files.append(StoredFile(path, size, md5_from_base64(entry.get("Md5"))))
+                    md5 = md5_from_base64(entry.get("Md5"))
+                    version = None if md5 else entry_version(entry)
+                    files.append(StoredFile(path, size, md5, version))
         return sorted(files, key=lambda f: f.path)
 
     def _entries(self, directory: str) -> list[dict[str, Any]]:
@@ -364,9 +406,9 @@ class S3Storage:
                 Bucket=self._bucket, Prefix=prefix
             ):
                 for item in page.get("Contents") or []:
-                    files.append(
-                        StoredFile("/" + item["Key"], int(item["Size"]), md5_from_etag(item.get("ETag")))
-                    )
+                    md5 = md5_from_etag(item.get("ETag"))
+                    version = None if md5 else etag_version(item.get("ETag"))
+                    files.append(StoredFile("/" + item["Key"], int(item["Size"]), md5, version))
         except (BotoCoreError, ClientError) as err:
             if _s3_code(err) == "NoSuchBucket":
                 return []

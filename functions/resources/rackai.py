@@ -38,6 +38,8 @@ class FileInfo(WireModel):
 class FileStatus(WireModel):
     md5: str | None = None
     size: int | None = None
+    version: str | None = None
+    """For a file storage listed without an MD5: what changes whenever its bytes do (stat)."""
 
 
 class IntegrityStatus(WireModel):
@@ -53,6 +55,8 @@ class ServedRecord(WireModel):
 
     pod: str
     file_set: str
+    residency: Literal["resident", "reloadable"] | None = None
+    """Whether the pod's engine keeps the weights resident or reads them again on demand."""
 
 
 class LoRAAdapterStatus(WireModel):
@@ -107,6 +111,7 @@ class ModelDeploymentSpec(WireModel):
     model: str = Field(min_length=1)
     replicas: int | None = Field(default=None, ge=0)
     lora_adapters: list[str] | None = None
+    engine_args: list[str] | None = None
 
 
 class WorkloadStatus(WireModel):

@@ -1,9 +1,9 @@
 """The filer listing decoder: only the fields stat reads, with the same values json.loads gives;
 the filer's base64 `Md5` as hex.
 
-FilerStorage decodes a page into FullPath/Mode/FileSize/Md5 (and the page's cursor) without
-building the ~25 other fields of each entry; whatever that typed decode refuses is decoded
-as it is, so what stat derives from a page never depends on which decoder read it.
+FilerStorage decodes a page into FullPath/Mode/FileSize/Md5, and Mtime/Inode/chunk ids for a
+file's version (and the page's cursor) without building the ~20 other fields of each entry;
+whatever that typed decode refuses is decoded as it is, so what stat derives from a page never depends on which decoder read it.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from functions.adapters.storage import _listing_page, md5_from_base64
+from functions.adapters.storage import _listing_page, entry_version, md5_from_base64
 
 # One entry of the real SeaweedFS 4.48 (seaweedfs-real.md, "Exact samples"): chunks, an Inode
 # past int64, RFC3339Nano times.
@@ -49,7 +49,13 @@ def read(page: Any) -> Any:
         if not isinstance(page, dict) or "Entries" not in page:
             return "not a directory"
         entries = [
-            (str(e["FullPath"]), int(e.get("Mode") or 0), int(e.get("FileSize") or 0), e.get("Md5"))
+            (
+                str(e["FullPath"]),
+                int(e.get("Mode") or 0),
+                int(e.get("FileSize") or 0),
+                e.get("Md5"),
+                entry_version(e),
+            )
             for e in page.get("Entries") or []
         ]
         return entries, page.get("LastFileName"), bool(page.get("ShouldDisplayLoadMore"))
@@ -67,6 +73,9 @@ def test_a_real_page_keeps_only_what_stat_reads() -> None:
                 "Mode": 432,
                 "FileSize": 1,
                 "Md5": REAL_ENTRY["Md5"],
+                "Mtime": REAL_ENTRY["Mtime"],
+                "Inode": REAL_ENTRY["Inode"],
+                "chunks": [{"file_id": "6,232dc7fcf61c", "size": 1}],
             }
         ],
         "LastFileName": "f00.bin",
@@ -89,7 +98,9 @@ scalars = st.one_of(
     st.sampled_from(["432", "0", " 7", "1e3", "0x10"]),
 )
 entries = st.dictionaries(
-    st.sampled_from(["FullPath", "Mode", "FileSize", "Md5", "Inode", "chunks"]), scalars, max_size=6
+    st.sampled_from(["FullPath", "Mode", "FileSize", "Md5", "Inode", "Mtime", "chunks"]),
+    st.one_of(scalars, st.lists(st.dictionaries(st.sampled_from(["file_id", "offset", "size"]), scalars))),
+    max_size=7,
 )
 pages = st.dictionaries(
     st.sampled_from(["Entries", "LastFileName", "ShouldDisplayLoadMore", "Path"]),

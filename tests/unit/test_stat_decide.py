@@ -231,3 +231,30 @@ def test_the_recorded_files_fit_a_byte_budget_whatever_their_count() -> None:
         }
     )
     assert listing[-1] in recorded(declared, listing, max_files=1000, max_bytes=0)
+
+
+UNHASHED_W = {
+    **VERIFIED_W,
+    "integrity": {"files": {DIR + "w.safetensors": {"size": 2048, "version": "fv1:one"}}},
+}
+
+
+@pytest.mark.parametrize(
+    ("listing", "ready"),
+    [
+        pytest.param([StoredFile(DIR + "w.safetensors", 2048, None, "fv1:one")], "True", id="same-version"),
+        pytest.param(
+            [StoredFile(DIR + "w.safetensors", 2048, None, "fv1:two")], "Unknown", id="same-size-new-bytes"
+        ),
+    ],
+)
+def test_a_file_without_an_md5_is_judged_again_when_its_version_changes(
+    listing: list[StoredFile], ready: str
+) -> None:
+    """A same-size replacement of a file storage lists without an MD5 (an append then a rename
+    over it, a second multipart upload) changes only its version: Ready leaves True all the same."""
+    status = decide(verified_with(UNHASHED_W), listing, NOW)
+    found = next(c for c in status.conditions or [] if c.type == "Ready")
+    assert found.status == ready
+    recorded_file = (status.integrity.files or {}) if status.integrity else {}
+    assert recorded_file[DIR + "w.safetensors"].version == listing[0].version
