@@ -14,7 +14,7 @@ SHELL  := /bin/bash
 QUIET_PIP := grep -v "^WARNING: Location" || true
 
 .DEFAULT_GOAL := help
-.PHONY: help venv run serve test test-fast lint bench soak reliability proto clean
+.PHONY: help venv kube run serve test test-fast lint bench soak reliability proto clean
 
 help: ## Show this help
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*## "}; {printf "  make %-10s %s\n", $$1, $$2}'
@@ -42,36 +42,44 @@ $(RUNTIME_STAMP): pyproject.toml constraints.txt | $(STAMP)
 
 venv: $(STAMP) ## Create or refresh the virtualenv (idempotent)
 
-run: $(STAMP) ## Start the embedded stack and run the demo lifecycle
-	$(PY) -m devstack demo
+# The real control plane (kube-apiserver, etcd, kubectl, kube-controller-manager), built from the
+# pinned Go modules in devstack/kubernetes/gomod once per machine (~15-25 minutes on 2 cores) into
+# ~/.cache/loraflow; the script prints the folder, and a second run only prints it.
+KUBE_BUILD := bash devstack/kubernetes/build.sh
+# Everything runs the built kubectl (the server's minor version) and the venv's `weed` first.
+WITH_PATH = PATH="$$($(KUBE_BUILD)):$(CURDIR)/$(VENV)/bin:$$PATH"
 
-serve: $(STAMP) ## Keep the embedded stack running in the foreground
-	$(PY) -m devstack serve
+kube: ## Build the real Kubernetes control plane once (a no-op when built)
+	@$(KUBE_BUILD) >/dev/null
+
+run: $(STAMP) kube ## Start the embedded stack and run the demo lifecycle
+	$(WITH_PATH) $(PY) -m devstack demo
+
+serve: $(STAMP) kube ## Keep the embedded stack running in the foreground
+	$(WITH_PATH) $(PY) -m devstack serve
 
 FAST := tests/unit tests/handlers
-# The tests drive the real kubectl: the machine's, else the one `make venv` put in the venv.
-TEST_PATH := PATH="$(CURDIR)/$(VENV)/bin:$$PATH"
 
-test: $(STAMP) ## Run the test suite: the fast tier first (seconds), then the servers' tiers
-	$(TEST_PATH) $(PY) -m pytest $(FAST)
-	$(TEST_PATH) $(PY) -m pytest $(addprefix --ignore=,$(FAST))
+test: $(STAMP) kube ## Run the test suite: the fast tier first (seconds), then the servers' tiers
+	$(WITH_PATH) $(PY) -m pytest $(FAST)
+	$(WITH_PATH) $(PY) -m pytest $(addprefix --ignore=,$(FAST))
 
 test-fast: $(STAMP) ## The pure tables and every handler on fakes (no server started)
-	$(TEST_PATH) $(PY) -m pytest $(FAST)
+	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(PY) -m pytest $(FAST)
 
 lint: $(STAMP) ## ruff + mypy
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy --explicit-package-bases functions events devstack loraflow bench tests/support
 
-bench: $(STAMP) $(RUNTIME_STAMP) ## Run the benchmark suite, write bench/results/*.json
-	$(PY) -m bench --update-readme
+bench: $(STAMP) $(RUNTIME_STAMP) kube ## Run the benchmark suite, write bench/results/*.json
+	$(WITH_PATH) $(PY) -m bench --update-readme
 
-soak: $(STAMP) ## Longer chaos soak (10 minutes)
-	LORAFLOW_SOAK_SECONDS=600 $(PY) -m pytest tests/reliability -k soak -s --timeout 1200
+soak: $(STAMP) kube ## Longer chaos soak (10 minutes)
+	$(WITH_PATH) LORAFLOW_SOAK_SECONDS=600 $(PY) -m pytest tests/reliability -k soak -s --timeout 1200
 
-reliability: $(STAMP) ## Reliability suite; records its figures in tests/reliability/results.json
-	LORAFLOW_RECORD_RESULTS=1 $(PY) -m pytest tests/reliability
+reliability: $(STAMP) kube ## Reliability suite; records its figures in tests/reliability/results.json
+	$(WITH_PATH) LORAFLOW_RECORD_RESULTS=1 $(PY) -m pytest tests/reliability
 	$(PY) tests/reliability/report.py
 
 proto: $(STAMP) ## Regenerate functions/proto/filer_pb2.py(i) from filer.proto (committed; a test checks it)

@@ -4,9 +4,10 @@
         stack.endpoints()      # URLs and the admin token, as `serve` writes them
         stack.settle()         # wait until the broker is quiet
 
-Parts (ARCHITECTURE.md section 7): the Kubernetes stand-in (CRDs from knative/crds, RBAC from
-knative/rbac; the functions and the watcher use their ServiceAccounts' tokens, so RBAC is
-enforced), a real SeaweedFS (`weed server`, devstack.seaweedfs: master, volume, filer and,
+Parts (ARCHITECTURE.md section 7): a real kube-apiserver and etcd (devstack.kubernetes: Knative's
+CRDs and the whole rendered knative/ tree applied, RBAC enforced; the functions and the
+watcher use their ServiceAccounts' tokens from the TokenRequest API, the functions through a
+fault-injecting proxy, `stack.kube`), a real SeaweedFS (`weed server`, devstack.seaweedfs: master, volume, filer and,
 for the S3 backend, the S3 gateway) whose webhook queue notifies ingest, every function
 served by functions-framework, the broker routing by knative/triggers, the ApiServerSource
 and PingSource stand-ins, the workload stand-in (Pods and engine replicas that read adapter
@@ -63,9 +64,9 @@ from devstack.eventing.triggers import (
     render,
     subscriber_service,
 )
+from devstack.kubernetes import ControlPlane, Kube, prepare
 from devstack.functions_host import FUNCTIONS, FunctionHost, ProcessFunctionHost, launch_source
 from devstack.seaweedfs import BUCKET, MOUNT_ROOT, FaultProxy, SeaweedServer, Shared, Webhook, WebhookRelay
-from devstack.standins.kube import KubeServer
 from devstack.supervisor import Supervisor
 from devstack.workload import Workload
 from functions.adapters.storage import quote_path
@@ -86,7 +87,6 @@ Notifications = Literal["webhook", "source", "both"]
 SOURCE_COMPONENT = "filer-source"
 SOURCE_ACCOUNT = "loraflow-filer-source"
 SOURCE_PROCESS = "filer-source"
-RBAC_KINDS = ("Role", "RoleBinding", "ClusterRole", "ClusterRoleBinding")
 
 
 def storage_from_env() -> Storage:
@@ -153,6 +153,7 @@ class Stack:
         function_env: Mapping[str, str] | None = None,
         function_processes: bool = False,
         filer_proxy: bool = True,
+        kube_proxy: bool = True,
         notifications: Notifications | None = None,
     ) -> None:
         self._own_dir = data_dir is None
@@ -190,6 +191,7 @@ class Stack:
         self.function_env = dict(function_env or {})
         self.function_processes = function_processes
         self.filer_proxy = filer_proxy
+        self.kube_proxy = kube_proxy
         self.webhook_token = seaweed.webhook_token if seaweed is not None else secrets.token_hex(16)
         self._stoppers: list[tuple[int, Callable[[], None]]] = []
         self._saved_env: dict[str, str | None] = {}
@@ -237,37 +239,33 @@ class Stack:
 
     # -- parts ---------------------------------------------------------------------------------------
     def _start_kube(self) -> None:
-        # HTTPS with the stand-in's own CA, as a cluster's API server: the functions, the sources and
-        # kubectl verify it through the kubeconfigs (and kubectl sends a token over TLS only).
-        self.kube = KubeServer(
-            crd_dir=self.knative_dir / "crds",
-            rbac_dir=self.knative_dir / "rbac",
-            namespaces=("default",),
-            tls=True,
-            rbac=[m for m in self.source_manifests if m.get("kind") in RBAC_KINDS],
-        ).start()
-        self._on_stop(self.kube.stop)
+        # The real kube-apiserver and etcd, with every manifest of the rendered knative/ tree
+        # applied (and Knative's CRDs first), as a cluster running loraflow has them. The
+        # functions reach it through the fault proxy with their ServiceAccounts' tokens.
         self.base.mkdir(parents=True, exist_ok=True)
+        self.control_plane = ControlPlane(self.base / "kube").start()
+        self._on_stop(self.control_plane.stop, tier=3)
+        prepare(self.control_plane, self.manifests)
+        self.kube = Kube(self.control_plane, proxy=self.kube_proxy)
+        self._on_stop(self.kube.stop)
         admin = self.base / "admin.kubeconfig"
-        self.kube.write_kubeconfig(admin, self.kube.admin_token)
+        self.kube.write_kubeconfig(admin)
         self.admin_kubeconfig = admin
         self.api = config.new_client_from_config(str(admin))
         self._on_stop(self.api.close, tier=4)
-        for lease in of_kind(self.source_manifests, "Lease"):  # shipped with the source's component
-            namespace = lease["metadata"].get("namespace", "loraflow")
-            with contextlib.suppress(client.ApiException):  # 409: there already (knative/namespace.yaml)
-                self.core.create_namespace({"metadata": {"name": namespace}})
-            client.CoordinationV1Api(self.api).create_namespaced_lease(namespace, lease)
 
-    def _kubeconfig_for(self, service_account: str) -> Path:
-        """A kubeconfig holding the token of the ServiceAccount named in knative/rbac."""
+    def _kubeconfig_for(self, service_account: str, proxied: bool = True) -> Path:
+        """A kubeconfig holding a token of the ServiceAccount named in knative/rbac (TokenRequest);
+        `proxied`: through the fault proxy (loraflow's own processes), else to the server itself."""
         accounts = {m["metadata"]["name"]: m for m in of_kind(self.manifests, "ServiceAccount")}
         if service_account not in accounts:
             raise ManifestError(f"ServiceAccount {service_account!r} not found in the manifests")
+        namespace = accounts[service_account]["metadata"].get("namespace", "loraflow")
         path = self.base / f"{service_account}.kubeconfig"
-        token = self.kube.issue_token(service_account_user(accounts[service_account], "loraflow"))
-        self.kube.write_kubeconfig(path, token)
-        return path
+        if proxied:
+            return self.kube.service_account_kubeconfig(path, namespace, service_account)
+        token = self.control_plane.service_account_token(namespace, service_account)
+        return self.kube.write_kubeconfig(path, token, namespace)
 
     def _start_storage(self) -> None:
         if self._shared is not None:
@@ -382,7 +380,7 @@ class Stack:
         self.sources: list[ApiServerSource] = []
         for manifest in of_kind(self.manifests, "ApiServerSource"):
             account = str((manifest.get("spec") or {}).get("serviceAccountName") or "default")
-            api = config.new_client_from_config(str(self._kubeconfig_for(account)))
+            api = config.new_client_from_config(str(self._kubeconfig_for(account, proxied=False)))
             self._on_stop(api.close, tier=4)
             source = ApiServerSource(manifest, api, sink, source_url=self.kube.url).start()
             self._on_stop(source.stop, tier=0)
@@ -502,7 +500,7 @@ class Stack:
             "kubernetes": {
                 "url": self.kube.url,
                 "token": self.kube.admin_token,
-                "certificate_authority": str(self.kube.tls.ca_file) if self.kube.tls else None,
+                "certificate_authority": str(self.kube.tls.ca_file),
                 "kubeconfig": str(self.admin_kubeconfig),
             },
             "filer": {"url": self.filer.url},

@@ -85,7 +85,9 @@ class FaultProxy:
     def url(self) -> str:
         host, port = self._server.server_address[0], self._server.server_address[1]
         host = host.decode() if isinstance(host, bytes) else host
-        return f"http://{host}:{port}"
+        return f"{self.scheme}://{host}:{port}"
+
+    scheme = "http"
 
     # -- faults ----------------------------------------------------------------------------------
     def inject(
@@ -186,12 +188,12 @@ class FaultProxy:
 
     def _forward(self, request: BaseHTTPRequestHandler, body: bytes) -> None:
         headers = {k: v for k, v in request.headers.items() if k.lower() not in HOP_BY_HOP}
-        connection = http.client.HTTPConnection(*self._target, timeout=120)
+        connection = self._connect()
         try:
             connection.request(request.command, request.path, body=body or None, headers=headers)
             upstream = connection.getresponse()
         except OSError as err:
-            _answer(request, 502, {"error": f"filer unreachable behind the proxy: {err}"})
+            self._unreachable(request, err)
             connection.close()
             return
         try:
@@ -222,6 +224,13 @@ class FaultProxy:
             connection.close()
 
 
+    def _connect(self) -> http.client.HTTPConnection:
+        return http.client.HTTPConnection(*self._target, timeout=120)
+
+    def _unreachable(self, request: BaseHTTPRequestHandler, err: OSError) -> None:
+        _answer(request, 502, {"error": f"filer unreachable behind the proxy: {err}"})
+
+
 def _read_body(request: BaseHTTPRequestHandler) -> bytes:
     if request.headers.get("Transfer-Encoding", "").lower() == "chunked":
         parts: list[bytes] = []
@@ -238,7 +247,8 @@ def _read_body(request: BaseHTTPRequestHandler) -> bytes:
 
 
 def _chunks(response: http.client.HTTPResponse) -> Iterator[bytes]:
-    while chunk := response.read(CHUNK):
+    """What has arrived, as soon as it arrives: a watch's events must not wait for a full buffer."""
+    while chunk := response.read1(CHUNK):
         yield chunk
 
 

@@ -24,7 +24,7 @@ from tests.support.schemas import to_json_schema
 ROOT = Path(__file__).resolve().parents[2]
 KNATIVE = ROOT / "knative"
 COMPONENT = KNATIVE / "components" / "filer-source"
-KNATIVE_CRDS = Path(__file__).parent / "knative-crds"
+KNATIVE_CRDS = Path(__file__).resolve().parents[2] / "devstack" / "kubernetes" / "knative-crds"
 Obj = dict[str, Any]
 
 

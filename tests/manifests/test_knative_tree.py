@@ -1,7 +1,7 @@
 """`kubectl apply -k knative/` as is: render with the real kubectl and check every object.
 
 - Knative objects validate against Knative's own CRD schemas, vendored in
-  tests/manifests/knative-crds/ (copied from ../shared/reference/knative-crds, see SOURCE.md);
+  devstack/kubernetes/knative-crds/ (copied from ../shared/reference/knative-crds, see SOURCE.md);
 - core objects validate with kubernetes_validate (Kubernetes 1.32, strict);
 - every Trigger filter matches a type some source or function really emits, and every type we
   emit has a subscriber (or is listed as public output only);
@@ -39,7 +39,7 @@ from tests.support.manifests import (
 from tests.support.schemas import to_json_schema
 
 ROOT = Path(__file__).resolve().parents[2]
-KNATIVE_CRDS = Path(__file__).parent / "knative-crds"
+KNATIVE_CRDS = Path(__file__).resolve().parents[2] / "devstack" / "kubernetes" / "knative-crds"
 CONTRACT_FUNCTIONS = {"admit", "stat", "verify", "load", "reload", "unload", "resync", "ingest"}
 # ingest's only Trigger is the SQS one (components/sqs): the webhook queue posts to it directly.
 TRIGGERED_BY_DEFAULT = CONTRACT_FUNCTIONS - {"ingest"}

@@ -2,7 +2,7 @@
 
 A clone without ../shared runs every other test on the copies: the seed specifications in
 tests/manifests/seeds/ (the CRD superset test and the stand-ins' fixture CRD) and the Knative
-CRDs in tests/manifests/knative-crds/ (the manifest validation).
+CRDs in devstack/kubernetes/knative-crds/ (the manifest validation, and what the embedded stack installs).
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ HERE = Path(__file__).resolve().parent
 SHARED = ROOT.parent / "shared"
 COPIES = {
     "seeds": (SHARED / "seeds", HERE / "seeds", "*.json"),
-    "knative-crds": (SHARED / "reference" / "knative-crds", HERE / "knative-crds", "*.yaml"),
+    "knative-crds": (SHARED / "reference" / "knative-crds", ROOT / "devstack" / "kubernetes" / "knative-crds", "*.yaml"),
 }
 
 

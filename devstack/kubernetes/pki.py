@@ -1,8 +1,8 @@
-"""The Kubernetes stand-in's PKI: its own CA, and a serving certificate that CA signed for the
-loopback names (as kubeadm's ca.crt and apiserver.crt). Clients trust the CA only: kubectl,
-the kubernetes package and the functions' own client get it as `certificate-authority-data`
-in a kubeconfig, and verify the server as they would a cluster's. TLS is what makes kubectl
-talk to the stand-in at all: clientcmd sends a bearer token only over a secure transport."""
+"""The embedded control plane's PKI: its own CA, a serving certificate that CA signed for the
+loopback names (as kubeadm's ca.crt and apiserver.crt), and the key that signs ServiceAccount
+tokens (kubeadm's sa.key and sa.pub). Clients trust the CA only: kubectl, the kubernetes package
+and the functions' own client get it as `certificate-authority-data` in a kubeconfig, and verify
+the server as they would a cluster's."""
 
 from __future__ import annotations
 
@@ -135,3 +135,24 @@ def issue(directory: Path, names: tuple[str, ...] = LOOPBACK_NAMES) -> Certifica
 def loopback_certificate() -> Certificate:
     """Made once per process, into a private temporary directory."""
     return issue(Path(tempfile.mkdtemp(prefix="loraflow-kube-tls-")))
+
+
+@dataclass(frozen=True)
+class SigningKey:
+    """The ServiceAccount token signer: kube-apiserver signs with `private_file` and verifies
+    with `public_file`."""
+
+    private_file: Path
+    public_file: Path
+
+
+def signing_key(directory: Path) -> SigningKey:
+    key = ec.generate_private_key(ec.SECP256R1())
+    directory.mkdir(parents=True, exist_ok=True)
+    found = SigningKey(directory / "sa.key", directory / "sa.pub")
+    found.private_file.touch(mode=0o600)
+    found.private_file.write_bytes(_pem(key))
+    found.public_file.write_bytes(
+        key.public_key().public_bytes(serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo)
+    )
+    return found

@@ -1,0 +1,157 @@
+"""The real Kubernetes control plane under the embedded stack, the tests and the benchmarks.
+
+`ControlPlane` runs etcd and kube-apiserver built from Go modules (build.sh); `Kube` is how the
+stack's parts see it: the server, a fault-injecting proxy in front of it that the functions
+use, the audit log that counts what they asked, and credentials (the admin's, and each
+ServiceAccount's token from the TokenRequest API). `prepare()` installs what a cluster running
+loraflow has: Knative's CRDs and ours, the `loraflow` namespace, the functions' RBAC."""
+
+from __future__ import annotations
+
+import threading
+from collections import Counter
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from devstack.kubernetes.audit import AuditLog, AuthorizedRequest
+from devstack.kubernetes.controlplane import ControlPlane
+from devstack.kubernetes.faultproxy import KubeFault, KubeFaultProxy
+from devstack.kubernetes.pki import Certificate
+
+__all__ = ["ControlPlane", "Kube", "KubeFault", "prepare", "shared"]
+
+HERE = Path(__file__).resolve().parent
+KNATIVE_CRDS = HERE / "knative-crds"
+FUNCTIONS_USERS = "system:serviceaccount:loraflow:"
+"""Whose requests `Kube.requests` counts: the functions' ServiceAccounts, not the stack's own."""
+
+
+def documents(paths: Iterable[Path]) -> list[dict[str, Any]]:
+    found: list[dict[str, Any]] = []
+    for path in paths:
+        found += [d for d in yaml.safe_load_all(path.read_text()) if isinstance(d, dict)]
+    return found
+
+
+def knative_crds() -> list[dict[str, Any]]:
+    """Knative Eventing's and Serving's CRDs, as published (devstack/kubernetes/knative-crds)."""
+    return documents(sorted(KNATIVE_CRDS.glob("*.yaml")))
+
+
+def prepare(plane: ControlPlane, manifests: Iterable[Mapping[str, Any]]) -> None:
+    """Install Knative's CRDs and `manifests` (our CRDs, namespace, RBAC, ...)."""
+    plane.install([*knative_crds(), *manifests])
+
+
+class Kube:
+    """One control plane as the stack's parts use it.
+
+    `url` is the server itself (the stack, kubectl, the sources); `functions_url` is what the
+    functions' kubeconfigs name: the fault proxy when there is one. `inject()` makes the proxy
+    answer or delay matching requests; `requests` counts the functions' requests since
+    `reset_counters()` from the server's own audit log."""
+
+    def __init__(self, plane: ControlPlane, proxy: bool = True) -> None:
+        self.plane = plane
+        self.proxy = KubeFaultProxy(plane.url, self.tls).start() if proxy else None
+        self._mark = 0
+        self._lock = threading.Lock()
+
+    def stop(self) -> None:
+        if self.proxy is not None:
+            self.proxy.stop()
+
+    @property
+    def url(self) -> str:
+        return self.plane.url
+
+    @property
+    def functions_url(self) -> str:
+        return self.proxy.url if self.proxy is not None else self.plane.url
+
+    @property
+    def admin_token(self) -> str:
+        return self.plane.admin_token
+
+    @property
+    def tls(self) -> Certificate:
+        assert self.plane.tls is not None, "the control plane is not started"
+        return self.plane.tls
+
+    @property
+    def audit(self) -> AuditLog:
+        return self.plane.audit
+
+    # -- credentials ----------------------------------------------------------------------------
+    def write_kubeconfig(self, path: Path, token: str | None = None, namespace: str = "default") -> Path:
+        """An admin (or `token`) kubeconfig for the server itself."""
+        return self.plane.write_kubeconfig(path, token, namespace)
+
+    def service_account_kubeconfig(self, path: Path, namespace: str, name: str) -> Path:
+        """A kubeconfig holding a TokenRequest token of the ServiceAccount, naming `functions_url`."""
+        token = self.plane.service_account_token(namespace, name)
+        return self.plane.write_kubeconfig(path, token, namespace, server=self.functions_url)
+
+    # -- faults ---------------------------------------------------------------------------------------
+    def inject(
+        self,
+        status: int | None = None,
+        times: int | None = 1,
+        verb: str | None = None,
+        resource: str | None = None,
+        delay_s: float = 0.0,
+    ) -> KubeFault:
+        """Answer the functions' next `times` matching requests with `status` and/or after `delay_s`."""
+        if self.proxy is None:
+            raise RuntimeError("this Kube has no fault proxy (proxy=False)")
+        return self.proxy.inject_kube(status, times, verb, resource, delay_s)
+
+    def clear_faults(self) -> None:
+        if self.proxy is not None:
+            self.proxy.clear_faults()
+
+    # -- what the server counted ------------------------------------------------------------------------
+    def reset_counters(self) -> None:
+        with self._lock:
+            self._mark = self.audit.mark()
+
+    @property
+    def requests(self) -> Counter[tuple[str, str]]:
+        """The functions' requests by (verb, resource[/subresource]) since `reset_counters()`."""
+        return self.audit.counts(self._mark, FUNCTIONS_USERS)
+
+    @property
+    def request_count(self) -> int:
+        return sum(self.requests.values())
+
+    @property
+    def authorized_requests(self) -> set[AuthorizedRequest]:
+        """Every (user, verb, group, resource, subresource) the authorizer allowed a ServiceAccount."""
+        return {
+            AuthorizedRequest(r.user, r.verb, r.group, r.resource, r.subresource)
+            for r in self.audit.since(0)
+            if r.allowed and r.user.startswith("system:serviceaccount:")
+        }
+
+
+_shared: ControlPlane | None = None
+_shared_lock = threading.Lock()
+
+
+def shared(manifests: Iterable[Mapping[str, Any]] = ()) -> ControlPlane:
+    """The process's one control plane, started (and `manifests` installed with Knative's CRDs)
+    on first use, stopped when the interpreter exits: the tiers whose tests each keep to a
+    namespace of their own share it, as tests share a cluster."""
+    global _shared
+    with _shared_lock:
+        if _shared is None:
+            import atexit
+
+            plane = ControlPlane().start()
+            atexit.register(plane.stop)
+            prepare(plane, manifests)
+            _shared = plane
+        return _shared
