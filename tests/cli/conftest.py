@@ -1,8 +1,8 @@
-"""The CLI against the Kubernetes stand-in, the real SeaweedFS filer of the test session, and
-the workload's engine pods.
+"""The CLI against the test session's real kube-apiserver, its real SeaweedFS filer, and the
+workload's engine pods (in the tier's own `cli-*` namespaces).
 
 The CLI is pointed at them exactly as at the embedded stack: an endpoints file with the
-Kubernetes URL + bearer token and the filer URL.
+Kubernetes URL, bearer token and CA, and the filer URL.
 """
 
 from __future__ import annotations
@@ -15,9 +15,10 @@ import pytest
 from kubernetes import config
 
 from devstack.seaweedfs import MOUNT_ROOT, shared
-from devstack.standins.kube import KubeServer
+from devstack.eventing.triggers import render
+from devstack.kubernetes import Kube, shared as shared_control_plane
 from devstack.workload import Workload
-from tests.support.cli import CliStack
+from tests.support.cli import NAMESPACE_PREFIX, CliStack
 from tests.support.filer import FilerClient
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -26,16 +27,20 @@ ROOT = Path(__file__).resolve().parents[2]
 @pytest.fixture(scope="session")
 def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[CliStack]:
     base = tmp_path_factory.mktemp("cli")
-    kube = KubeServer(crd_dir=ROOT / "knative" / "crds").start()
+    kube = Kube(shared_control_plane(render()), proxy=False)
     filer = FilerClient(shared().server.url)
     admin = kube.write_kubeconfig(base / "admin.kubeconfig")
     api = config.new_client_from_config(str(admin))
-    workload = Workload(api, mount_root=MOUNT_ROOT, filer_url=filer.url)
+    workload = Workload(api, mount_root=MOUNT_ROOT, filer_url=filer.url, namespace_prefix=NAMESPACE_PREFIX)
     endpoints = base / "endpoints.json"
     endpoints.write_text(
         json.dumps(
             {
-                "kubernetes": {"url": kube.url, "token": kube.admin_token},
+                "kubernetes": {
+                    "url": kube.url,
+                    "token": kube.admin_token,
+                    "certificate_authority": str(kube.tls.ca_file),
+                },
                 "filer": {"url": filer.url},
                 "broker": {"url": "http://127.0.0.1:9"},
                 "functions": {},

@@ -1,5 +1,5 @@
-"""Reliability suite: the functions harness (`world`, from tests/conftest.py), one embedded stack
-per module (`rstack`), and a record of RBAC denials (tests.support.denials)."""
+"""Reliability suite: the functions harness (`world`, from tests/conftest.py) and one embedded
+stack per module (`rstack`)."""
 
 from __future__ import annotations
 
@@ -9,10 +9,7 @@ import pytest
 
 from devstack.seaweedfs import shared
 from devstack.stack import Stack
-from tests.support import denials
 from tests.support.convergence import PING_PERIOD_S
-
-denials.record()
 
 
 @pytest.fixture(scope="module")

@@ -1,9 +1,9 @@
-"""RBAC least privilege per function, proven against the Kubernetes stand-in enforcing knative/rbac
+"""RBAC least privilege per function, proven against the real kube-apiserver enforcing knative/rbac
 (and the filer source's Role, knative/components/filer-source/rbac.yaml, at the end).
 
 Each function talks to the API with its own ServiceAccount's token (`loraflow-<function>`, see
 the harness), so every request it makes is checked against its own ClusterRole. Here:
-(a) no request of any function was ever denied (the conftest records denials for the session);
+(a) no request of any function was ever denied (the API server's audit log records each decision);
 (b) one full lifecycle (admit, stat, verify, load, reload, resync, unload with deletion, Warning
     Events, a target's events, a Model appearing) uses every (verb, group, resource) each role
     grants, so nothing granted to any function is unused, and no function stepped outside its own;
@@ -35,7 +35,7 @@ from functions.resources.kinds import (
     SGLANG_ADAPTER,
     VLLM_ADAPTER,
 )
-from tests.support.denials import DENIALS
+from tests.support.denials import denials
 from tests.support.filer import FilerClient
 from tests.support.filer_source import (
     COMPONENT,
@@ -266,7 +266,7 @@ def test_each_function_runs_as_its_own_account(lived: Testbed, function: str) ->
 
 
 def test_no_request_of_any_function_was_denied(lived: Testbed) -> None:
-    mine = [d for d in DENIALS if d.user in ACCOUNTS.values()]
+    mine = [d for d in denials(lived.kube.audit) if d.user in ACCOUNTS.values()]
     assert mine == [], f"RBAC denied the functions: {mine}"
 
 
@@ -326,7 +326,7 @@ def test_the_filer_sources_role_is_exactly_what_it_uses(tmp_path: Path) -> None:
             == source_granted()
             == {("get", "coordination.k8s.io", "leases"), ("patch", "coordination.k8s.io", "leases")}
         )
-        assert [d for d in DENIALS if d.user == SERVICE_ACCOUNT] == []
+        assert [d for d in denials(kube.audit) if d.user == SERVICE_ACCOUNT] == []
     finally:
         rig.stop()
         sink.stop()

@@ -1,5 +1,5 @@
 """The filer source (`python -m functions.filer_source`, its own process) against the real
-SeaweedFS 4.48: a Kubernetes stand-in holds its Lease under the component's RBAC, and an EventSink
+SeaweedFS 4.48: the real kube-apiserver holds its Lease under the component's RBAC, and an EventSink
 behind a FaultProxy is its Broker.
 
 What a consumer of the events can count on, checked from outside the process: every change
@@ -35,7 +35,7 @@ from cloudevents.http import CloudEvent
 
 from devstack.eventing.sink import EventSink
 from devstack.seaweedfs import FaultProxy, SeaweedServer, Shared, shared, weed_binary
-from devstack.standins.kube import KubeServer
+from devstack.kubernetes import Kube
 from events.domain import FILE_CHANGED
 from events.external import PING
 from functions.adapters.filer_log import FilerLog, grpc_target, iterate
@@ -65,7 +65,7 @@ def seaweed() -> Shared:
 
 
 @pytest.fixture(scope="module")
-def kube() -> Iterator[KubeServer]:
+def kube() -> Iterator[Kube]:
     server = source_kube()
     yield server
     server.stop()
@@ -87,13 +87,13 @@ def directory(seaweed: Shared) -> Iterator[str]:
     httpx.delete(seaweed.server.url + quote_path(found), params={"recursive": "true"})
 
 
-def rig_for(server: SeaweedServer, kube: KubeServer, broker: Broker, work: Path) -> SourceRig:
+def rig_for(server: SeaweedServer, kube: Kube, broker: Broker, work: Path) -> SourceRig:
     write_cursor(kube, None)  # each test starts as a first deployment does
     return SourceRig(server, kube, broker.url, work)
 
 
 @pytest.fixture
-def rig(seaweed: Shared, kube: KubeServer, broker: Broker, tmp_path: Path) -> Iterator[SourceRig]:
+def rig(seaweed: Shared, kube: Kube, broker: Broker, tmp_path: Path) -> Iterator[SourceRig]:
     started = rig_for(seaweed.server, kube, broker, tmp_path)
     yield started
     started.stop()
@@ -252,7 +252,7 @@ def filer_log(server: SeaweedServer) -> FilerLog:
 
 
 def test_a_cursor_older_than_the_retained_log_asks_for_a_full_resync(
-    own: list[SeaweedServer], kube: KubeServer, broker: Broker, tmp_path: Path
+    own: list[SeaweedServer], kube: Kube, broker: Broker, tmp_path: Path
 ) -> None:
     server = own[-1]
     FilerClient(server.url).put_file("/loraadapters/ns/m/old/x.bin", b"x")
@@ -283,7 +283,7 @@ def test_a_cursor_older_than_the_retained_log_asks_for_a_full_resync(
 
 
 def test_a_filer_restart_is_followed_by_itself(
-    own: list[SeaweedServer], kube: KubeServer, broker: Broker, tmp_path: Path
+    own: list[SeaweedServer], kube: Kube, broker: Broker, tmp_path: Path
 ) -> None:
     server = own[-1]
     rig = rig_for(server, kube, broker, tmp_path)
@@ -303,7 +303,7 @@ def test_a_filer_restart_is_followed_by_itself(
 
 
 def test_a_filer_that_lost_its_log_asks_for_a_full_resync(
-    own: list[SeaweedServer], kube: KubeServer, broker: Broker, tmp_path: Path
+    own: list[SeaweedServer], kube: Kube, broker: Broker, tmp_path: Path
 ) -> None:
     old = own[-1]
     rig = rig_for(old, kube, broker, tmp_path)

@@ -11,17 +11,20 @@ from typing import Any
 import httpx
 from kubernetes import client
 
-from devstack.standins.kube import KubeServer
+from devstack.kubernetes import Kube
 from devstack.workload import Workload
 from loraflow.cli import main
 from tests.support.filer import FilerClient
+
+
+NAMESPACE_PREFIX = "cli-"
 
 
 @dataclass
 class CliStack:
     """The stand-ins the CLI tests point `loraflow` at, through an endpoints file."""
 
-    kube: KubeServer
+    kube: Kube
     filer: FilerClient
     workload: Workload
     api: client.ApiClient
@@ -29,7 +32,7 @@ class CliStack:
     mount_root: Path
 
     def namespace(self) -> str:
-        name = f"cli-{secrets.token_hex(4)}"
+        name = f"{NAMESPACE_PREFIX}{secrets.token_hex(4)}"
         client.CoreV1Api(self.api).create_namespace({"metadata": {"name": name}})
         return name
 

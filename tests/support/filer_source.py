@@ -1,5 +1,6 @@
-"""The filer source as a test drives it: its own process against a real SeaweedFS, a Kubernetes
-stand-in holding its Lease under the component's RBAC, and a broker stand-in behind a FaultProxy.
+"""The filer source as a test drives it: its own process against a real SeaweedFS, the real
+kube-apiserver holding its Lease under the component's RBAC, and a broker stand-in behind a
+FaultProxy.
 
     rig = SourceRig(seaweed, kube, broker_url, tmp_path, lease="t1").start()
     rig.wait_following()
@@ -24,7 +25,8 @@ import httpx
 import yaml
 
 from devstack.seaweedfs import SeaweedServer
-from devstack.standins.kube import KubeServer
+from devstack.eventing.triggers import read_files, render
+from devstack.kubernetes import Kube, shared as shared_control_plane
 from functions.logic.filer_log import Cursor, annotations_of, cursor_of
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -40,30 +42,32 @@ def component_lease() -> dict[str, Any]:
     return lease
 
 
-def source_kube() -> KubeServer:
-    """A Kubernetes stand-in that enforces the component's RBAC and holds its Lease."""
-    kube = KubeServer(rbac_dir=COMPONENT, namespaces=(NAMESPACE,)).start()
-    admin(kube).post(f"/apis/coordination.k8s.io/v1/namespaces/{NAMESPACE}/leases", json=component_lease())
+def source_kube() -> Kube:
+    """The process's control plane with the component's ServiceAccount, RBAC and Lease, the
+    Lease as the component ships it (a cursor an earlier test left there is gone)."""
+    kube = Kube(shared_control_plane(render()))
+    kube.plane.install(read_files(sorted(COMPONENT.glob("*.yaml"))))
+    with admin(kube) as http:
+        http.delete(lease_path())
+        http.post(f"/apis/coordination.k8s.io/v1/namespaces/{NAMESPACE}/leases", json=component_lease()).raise_for_status()
     return kube
 
 
-def admin(kube: KubeServer) -> httpx.Client:
-    return httpx.Client(
-        base_url=kube.url, headers={"Authorization": f"Bearer {kube.admin_token}"}, timeout=10
-    )
+def admin(kube: Kube) -> httpx.Client:
+    return kube.plane.http()
 
 
 def lease_path(name: str = LEASE_NAME) -> str:
     return f"/apis/coordination.k8s.io/v1/namespaces/{NAMESPACE}/leases/{name}"
 
 
-def read_cursor(kube: KubeServer) -> Cursor | None:
+def read_cursor(kube: Kube) -> Cursor | None:
     with admin(kube) as http:
         lease = http.get(lease_path()).raise_for_status().json()
     return cursor_of(lease["metadata"].get("annotations"))
 
 
-def write_cursor(kube: KubeServer, cursor: Cursor | None) -> None:
+def write_cursor(kube: Kube, cursor: Cursor | None) -> None:
     """Set (or, with None, remove) the cursor, as an operator editing the Lease would."""
     annotations: dict[str, str | None] = (
         dict(annotations_of(cursor)) if cursor else dict.fromkeys(annotations_of(Cursor(1, 1)))
@@ -80,7 +84,7 @@ class SourceRig:
     def __init__(
         self,
         seaweed: SeaweedServer,
-        kube: KubeServer,
+        kube: Kube,
         broker_url: str,
         work: Path,
         env: dict[str, str] | None = None,
@@ -91,7 +95,7 @@ class SourceRig:
         self.work = work
         self.log_path = work / "filer-source.log"
         self.kubeconfig = work / "filer-source.kubeconfig"
-        kube.write_kubeconfig(self.kubeconfig, kube.issue_token(SERVICE_ACCOUNT), namespace=NAMESPACE)
+        kube.service_account_kubeconfig(self.kubeconfig, NAMESPACE, SERVICE_ACCOUNT.rsplit(":", 1)[1])
         self.extra_env = dict(env or {})
         self.process: subprocess.Popen[bytes] | None = None
         self._log: IO[bytes] | None = None

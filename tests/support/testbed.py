@@ -1,8 +1,9 @@
 """A testbed: the stand-ins and every function served over real HTTP, in this process.
 
 What the function and reliability tests (the `world` fixture of tests/conftest.py) and the
-benchmarks (bench/world.py) stand on: the Kubernetes API stand-in with our CRDs and RBAC (the
-functions use the ServiceAccount's token), the real SeaweedFS of the process
+benchmarks (bench/world.py) stand on: the process's real kube-apiserver and etcd
+(devstack.kubernetes.shared(), the rendered knative/ tree applied; the functions use their
+ServiceAccounts' TokenRequest tokens through a fault-injecting proxy, `kube`), the real SeaweedFS of the process
 (devstack.seaweedfs.shared(): one per test session, each test in its own namespace's
 directories) behind a FaultProxy (`filer`: what the functions call, so a test can make it
 fail), an event sink as the broker URL, the workload stand-in with engine replicas (they read
@@ -32,7 +33,8 @@ from kubernetes import client, config
 from devstack.eventing.sink import EventSink
 from devstack.functions_host import FUNCTIONS, FunctionHost
 from devstack.seaweedfs import MOUNT_ROOT, FaultProxy, Shared, shared
-from devstack.standins.kube import KubeServer
+from devstack.eventing.triggers import render
+from devstack.kubernetes import Kube, shared as shared_control_plane
 from devstack.workload import Workload
 from events.domain import AdapterRef
 from functions.adapters.storage import quote_path
@@ -44,6 +46,8 @@ ROOT = Path(__file__).resolve().parents[2]
 ACCOUNTS = {name: f"system:serviceaccount:loraflow:loraflow-{name}" for name in FUNCTIONS if name != "ingest"}
 """The user each function talks to the API as (its own ServiceAccount; ingest has none)."""
 T = TypeVar("T", bound="Testbed")
+NAMESPACE_PREFIX = "t-"
+"""The testbed's namespaces: its workload runs their targets only (the control plane is shared)."""
 READY = {
     "type": "Ready",
     "status": "True",
@@ -58,7 +62,7 @@ READY = {
 class Testbed:
     __test__ = False  # a fixture's type, not a test class pytest should collect
 
-    kube: KubeServer
+    kube: Kube
     filer: FaultProxy
     sink: EventSink
     workload: Workload
@@ -83,7 +87,7 @@ class Testbed:
 
     # -- Kubernetes ------------------------------------------------------------------------------
     def namespace(self) -> str:
-        name = f"t-{secrets.token_hex(4)}"
+        name = f"{NAMESPACE_PREFIX}{secrets.token_hex(4)}"
         self.core.create_namespace({"metadata": {"name": name}})
         return name
 
@@ -238,16 +242,16 @@ def testbed(
     with tempfile.TemporaryDirectory(prefix="loraflow-testbed-") as tmp:
         base = Path(tmp)
         seaweed = shared()
-        kube = KubeServer(crd_dir=ROOT / "knative" / "crds", rbac_dir=ROOT / "knative" / "rbac").start()
+        kube = Kube(shared_control_plane(render()))
         filer = FaultProxy(seaweed.server.url).start()
         sink = EventSink().start()
-        admin_config = kube.write_kubeconfig(base / "admin.kubeconfig", kube.admin_token)
+        admin_config = kube.write_kubeconfig(base / "admin.kubeconfig")
         settings = {
             **{
                 f"KUBECONFIG_{name.upper()}": str(
-                    kube.write_kubeconfig(base / f"{name}.kubeconfig", kube.issue_token(user))
+                    kube.service_account_kubeconfig(base / f"{name}.kubeconfig", "loraflow", f"loraflow-{name}")
                 )
-                for name, user in ACCOUNTS.items()
+                for name in ACCOUNTS
             },
             "LORAFLOW_FILER_URL": filer.url if filer_proxy else seaweed.server.url,
             "LORAFLOW_LOOPBACK_ENGINES": "allow",  # the engine stand-ins listen on 127.0.0.x
@@ -258,7 +262,13 @@ def testbed(
         }
         api = config.new_client_from_config(str(admin_config))
         # The engines read the real filer directly: their mount is not the functions' HTTP path.
-        workload = Workload(api, mount_root=MOUNT_ROOT, filer_url=seaweed.server.url, **engine_defaults)
+        workload = Workload(
+            api,
+            mount_root=MOUNT_ROOT,
+            filer_url=seaweed.server.url,
+            namespace_prefix=NAMESPACE_PREFIX,
+            **engine_defaults,
+        )
         host = FunctionHost(FUNCTIONS if functions else ())
         try:
             with environment(**settings):
