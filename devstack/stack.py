@@ -5,14 +5,14 @@
         stack.settle()         # wait until the broker is quiet
 
 Parts (ARCHITECTURE.md section 7): a real kube-apiserver and etcd (devstack.kubernetes: Knative's
-CRDs and the whole rendered knative/ tree applied, RBAC enforced; the functions and the
-watcher use their ServiceAccounts' tokens from the TokenRequest API, the functions through a
-fault-injecting proxy, `stack.kube`), a real SeaweedFS (`weed server`, devstack.seaweedfs: master, volume, filer and,
-for the S3 backend, the S3 gateway) whose webhook queue notifies ingest, every function
-served by functions-framework, the broker routing by knative/triggers, the ApiServerSource
-and PingSource stand-ins, the workload stand-in (Pods and engine replicas that read adapter
-files through the filer, as through a SeaweedFS mount), and an EventSink as the dead-letter
-sink.
+CRDs and the whole rendered knative/ tree applied, RBAC enforced; the functions and the watcher
+use their ServiceAccounts' tokens from the TokenRequest API, the functions through a
+fault-injecting proxy, `stack.kube`), a real SeaweedFS (`weed server`, devstack.seaweedfs:
+master, volume, filer and, for the S3 backend, the S3 gateway) whose webhook queue notifies
+ingest, every function served by functions-framework, the broker routing by the Triggers, the
+ApiServerSource and PingSource stand-ins, the workload stand-in (Pods and engine replicas that
+read adapter files through the filer, as through a SeaweedFS mount), and an EventSink as the
+dead-letter sink.
 
 Storage (`storage=`, else LORAFLOW_STORAGE as for the functions): "filer" (uploads through
 the filer's HTTP API) or "s3" (uploads through the real S3 gateway into the bucket
@@ -64,8 +64,8 @@ from devstack.eventing.triggers import (
     render,
     subscriber_service,
 )
-from devstack.kubernetes import ControlPlane, Kube, prepare
 from devstack.functions_host import FUNCTIONS, FunctionHost, ProcessFunctionHost, launch_source
+from devstack.kubernetes import ControlPlane, Kube, prepare
 from devstack.seaweedfs import BUCKET, MOUNT_ROOT, FaultProxy, SeaweedServer, Shared, Webhook, WebhookRelay
 from devstack.supervisor import Supervisor
 from devstack.workload import Workload

@@ -56,7 +56,9 @@ class Kube:
 
     def __init__(self, plane: ControlPlane, proxy: bool = True) -> None:
         self.plane = plane
-        self.proxy = KubeFaultProxy(plane.url, self.tls).start() if proxy else None
+        self.proxy = KubeFaultProxy(plane.url, self.tls) if proxy else None
+        if self.proxy is not None:
+            self.proxy.start()
         self._mark = 0
         self._lock = threading.Lock()
 

@@ -43,5 +43,7 @@ def binaries() -> Binaries:
         ["bash", str(BUILD_SCRIPT)], check=False, stdout=subprocess.PIPE, stderr=sys.stderr, text=True
     )
     if done.returncode != 0:
-        raise RuntimeError(f"building the Kubernetes control plane failed ({BUILD_SCRIPT}, exit {done.returncode})")
+        raise RuntimeError(
+            f"building the Kubernetes control plane failed ({BUILD_SCRIPT}, exit {done.returncode})"
+        )
     return Binaries(Path(done.stdout.strip().splitlines()[-1]))

@@ -152,7 +152,12 @@ class ControlPlane:
         ]
         with self._lock:
             self._etcd = self._spawn(argv, "etcd.log")
-        self._await("etcd", self._etcd, lambda http: http.get(self.etcd_url + "/health").json()["health"] == "true", timeout)
+        self._await(
+            "etcd",
+            self._etcd,
+            lambda http: http.get(self.etcd_url + "/health").json()["health"] == "true",
+            timeout,
+        )
 
     def start_apiserver(self, timeout: float = 120.0) -> None:
         assert self._bin is not None and self.tls is not None and self._signer is not None
@@ -244,13 +249,19 @@ class ControlPlane:
 
     def service_account_token(self, namespace: str, name: str, seconds: int = TOKEN_SECONDS) -> str:
         """A token for the ServiceAccount, issued by the TokenRequest API (as kubelet projects one)."""
-        body = {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": {"expirationSeconds": seconds}}
+        body = {
+            "apiVersion": "authentication.k8s.io/v1",
+            "kind": "TokenRequest",
+            "spec": {"expirationSeconds": seconds},
+        }
         with self.http() as http:
             answer = http.post(f"/api/v1/namespaces/{namespace}/serviceaccounts/{name}/token", json=body)
         answer.raise_for_status()
         return str(answer.json()["status"]["token"])
 
-    def kubeconfig(self, token: str | None = None, namespace: str = "default", server: str | None = None) -> dict[str, Any]:
+    def kubeconfig(
+        self, token: str | None = None, namespace: str = "default", server: str | None = None
+    ) -> dict[str, Any]:
         assert self.tls is not None
         return {
             "apiVersion": "v1",
@@ -267,7 +278,10 @@ class ControlPlane:
             ],
             "users": [{"name": "devstack", "user": {"token": token or self.admin_token}}],
             "contexts": [
-                {"name": "devstack", "context": {"cluster": "devstack", "user": "devstack", "namespace": namespace}}
+                {
+                    "name": "devstack",
+                    "context": {"cluster": "devstack", "user": "devstack", "namespace": namespace},
+                }
             ],
             "preferences": {},
         }
@@ -283,7 +297,9 @@ class ControlPlane:
         return path
 
     # -- objects ------------------------------------------------------------------------------------------
-    def kubectl_run(self, *args: str, stdin: str | None = None, check: bool = True) -> subprocess.CompletedProcess[str]:
+    def kubectl_run(
+        self, *args: str, stdin: str | None = None, check: bool = True
+    ) -> subprocess.CompletedProcess[str]:
         """The real kubectl as the admin."""
         config = self.dir / "admin.kubeconfig"
         if not config.exists():
@@ -314,6 +330,11 @@ class ControlPlane:
     def _apply(self, documents: list[dict[str, Any]]) -> None:
         listing = json.dumps({"apiVersion": "v1", "kind": "List", "items": documents})
         self.kubectl_run(
-            "apply", "--server-side", "--force-conflicts", "--field-manager=loraflow-devstack", "-f", "-",
+            "apply",
+            "--server-side",
+            "--force-conflicts",
+            "--field-manager=loraflow-devstack",
+            "-f",
+            "-",
             stdin=listing,
         )

@@ -73,7 +73,7 @@ def request_info(method: str, target: str) -> tuple[str, str, str, str]:
         return method.lower(), "", "", ""
     if len(rest) >= 3 and rest[0] == "namespaces":
         rest = rest[2:]
-    resource, name = (rest + ["", ""])[:2]
+    resource, name = [*rest, "", ""][:2]
     subresource = rest[2] if len(rest) > 2 else ""
     query = urllib.parse.parse_qs(split.query)
     watching = query.get("watch", [""])[0] in ("true", "1")
@@ -171,7 +171,9 @@ class KubeFaultProxy(FaultProxy):
         return http.client.HTTPSConnection(*self._target, timeout=WATCH_READ_S, context=self._upstream_tls)
 
     def _unreachable(self, request: BaseHTTPRequestHandler, err: OSError) -> None:
-        _status(request, 503, {**status_body(503, "", "", ""), "message": f"kube-apiserver unreachable: {err}"})
+        _status(
+            request, 503, {**status_body(503, "", "", ""), "message": f"kube-apiserver unreachable: {err}"}
+        )
 
 
 def _status(request: BaseHTTPRequestHandler, code: int, body: dict[str, Any]) -> None:

@@ -153,6 +153,8 @@ def signing_key(directory: Path) -> SigningKey:
     found.private_file.touch(mode=0o600)
     found.private_file.write_bytes(_pem(key))
     found.public_file.write_bytes(
-        key.public_key().public_bytes(serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo)
+        key.public_key().public_bytes(
+            serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
+        )
     )
     return found

@@ -27,6 +27,7 @@ from functions.logic.adapter_config import VERDICT_REASONS
 from functions.resources.kinds import MODEL_DEPLOYMENT, VLLM_ADAPTER
 from tests.support import invariant
 from tests.support.convergence import Env, Meter, lifecycle, quiesce_and_check, record_result
+from tests.support.history import History
 
 GOOD_V1 = ("a1", "a2", "a3")
 BAD_READY_REASONS = {phase.INTEGRITY_CHECK_FAILED, phase.MD5_UNAVAILABLE, phase.MODEL_NOT_FOUND}
@@ -95,35 +96,32 @@ def filer_faults(stack: Stack, env: Env) -> int:
     return 55
 
 
-def half_truths(stack: Stack, env: Env, since_rv: int) -> list[str]:
+def half_truths(env: Env, history: History) -> list[str]:
     """Status writes of the good vllm adapters that a dependency outage made untrue."""
-    events = stack.kube.store.events_after(since_rv)
-    assert events is not None, "watch history too short for this scenario"
     found: list[str] = []
     files_seen: dict[str, int] = {}
-    for event in events:
-        obj = event.obj
+    for rv, type_, obj in history.events:
         meta = obj.get("metadata") or {}
         if (
             obj.get("apiVersion") != VLLM_ADAPTER.api_version
             or obj.get("kind") != "LoRAAdapter"
             or meta.get("namespace") != env.namespace
             or meta.get("name") not in GOOD_V1
-            or event.type == "DELETED"
+            or type_ == "DELETED"
         ):
             continue
         name, status = meta["name"], obj.get("status") or {}
         conds = {c.get("type"): c for c in status.get("conditions") or []}
         ready, loaded = conds.get("Ready") or {}, conds.get("Loaded") or {}
         if ready.get("reason") in BAD_READY_REASONS:
-            found.append(f"rv {event.rv} {name}: Ready {ready.get('reason')}: {ready.get('message')}")
+            found.append(f"rv {rv} {name}: Ready {ready.get('reason')}: {ready.get('message')}")
         if loaded.get("reason") in BAD_LOADED_REASONS:
-            found.append(f"rv {event.rv} {name}: Loaded {loaded.get('reason')}: {loaded.get('message')}")
+            found.append(f"rv {rv} {name}: Loaded {loaded.get('reason')}: {loaded.get('message')}")
         if status.get("phase") == "Failed":
-            found.append(f"rv {event.rv} {name}: phase Failed")
+            found.append(f"rv {rv} {name}: phase Failed")
         files = len(status.get("files") or [])
         if files < files_seen.get(name, 0):
-            found.append(f"rv {event.rv} {name}: files shrank {files_seen[name]} -> {files}")
+            found.append(f"rv {rv} {name}: files shrank {files_seen[name]} -> {files}")
         files_seen[name] = max(files, files_seen.get(name, 0))
     return found
 
@@ -190,14 +188,14 @@ def test_invariant_holds_after_infrastructure_faults(istack: Stack, name: str) -
     istack.settle()
     env = Env.new(istack, f"if-{name}")
     meter = Meter(istack)
-    since_rv = istack.kube.store.resource_version
     started = time.monotonic()
-    ops, injected = SCENARIOS[name](istack, env)
-    time.sleep(1.0)
-    figures = meter.figures()
-    retried_5xx = _retryable_answers(istack, meter)
-    violations, ticks = quiesce_and_check(istack, [env.namespace])
-    lies = half_truths(istack, env, since_rv)
+    with History(istack.kube.plane, VLLM_ADAPTER, env.namespace) as history:
+        ops, injected = SCENARIOS[name](istack, env)
+        time.sleep(1.0)
+        figures = meter.figures()
+        retried_5xx = _retryable_answers(istack, meter)
+        violations, ticks = quiesce_and_check(istack, [env.namespace])
+    lies = half_truths(env, history)
     result = {
         **figures,
         "operations": ops,

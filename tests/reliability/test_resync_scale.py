@@ -1,8 +1,9 @@
 """resync at scale: thousands of adapters, paginated lists, nudges for exactly what drifted.
 
 2,000 vllm adapters over 40 ModelDeployments (one Ready replica each) and 200 sglang
-adapters over 4 InferenceServices are created straight in the Kubernetes stand-in's store
-(each Ready/Available, used, Loaded, present in its pod's engine), then a known set drifts:
+adapters over 4 InferenceServices are created in the real API server, several at a time, with
+the status the steps leave (each Ready/Available, used, Loaded, present in its pod's engine),
+then a known set drifts:
 vllm: missing from its pod (load), stale usedBy (load), a new generation not yet observed
 (admit), loaded where no deployment names it (unload), deleted with our finalizer still set
 (unload); sglang: missing from its pod (load), never admitted (admit). One ping to resync
@@ -11,11 +12,13 @@ vllm: missing from its pod (load), stale usedBy (load), a new generation not yet
 
 from __future__ import annotations
 
+import json
 import math
 import time
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
 
 from devstack.standins.engines.base import LoadedAdapter
-from devstack.standins.kube.store import WriteOptions
 from events.domain import STEP_EXTENSION
 from events.external import PING
 from functions.logic.facts import file_set
@@ -41,20 +44,40 @@ def _cond(type_: str, reason: str, status: str = "True") -> dict[str, str]:
     return {"type": type_, "status": status, "reason": reason, "message": "ok", "lastTransitionTime": STAMP}
 
 
-def _rtype(world: Testbed, kind: Kind) -> object:
-    found = world.kube.registry.lookup(kind.group, kind.version, kind.plural)
-    assert found is not None
-    return found
-
-
-def _put(
-    world: Testbed, kind: Kind, ns: str, body: dict[str, object], status: dict[str, object] | None
+def _create(
+    http: Any, kind: Kind, ns: str, body: dict[str, object], status: dict[str, object] | None
 ) -> None:
-    store, rtype = world.kube.store, _rtype(world, kind)
-    store.create(rtype, ns, {"apiVersion": kind.api_version, "kind": kind.kind, **body}, WriteOptions())
+    path = f"/apis/{kind.group}/{kind.version}/namespaces/{ns}/{kind.plural}"
+    http.post(path, json={"apiVersion": kind.api_version, "kind": kind.kind, **body}).raise_for_status()
     if status is not None:
         name = body["metadata"]["name"]  # type: ignore[index]
-        store.mutate(rtype, ns, name, lambda obj, s=status: {**obj, "status": s}, "status", WriteOptions())
+        patch = {"status": status}
+        headers = {"Content-Type": "application/merge-patch+json"}
+        http.patch(f"{path}/{name}/status", content=json.dumps(patch), headers=headers).raise_for_status()
+
+
+def _put_all(
+    world: Testbed, kind: Kind, ns: str, items: list[tuple[dict[str, object], dict[str, object] | None]]
+) -> None:
+    """Many objects at once: eight clients at a time, as a bulk import would."""
+    workers = 8
+    clients = [world.kube.plane.http() for _ in range(workers)]
+    try:
+        with ThreadPoolExecutor(workers) as pool:
+            done = [
+                pool.submit(_create, clients[i % workers], kind, ns, body, status)
+                for i, (body, status) in enumerate(items)
+            ]
+            for future in done:
+                future.result()
+    finally:
+        for client in clients:
+            client.close()
+
+
+def _count(world: Testbed, kind: Kind) -> int:
+    found = world.custom.list_cluster_custom_object(kind.group, kind.version, kind.plural)
+    return len(found.get("items") or [])
 
 
 def test_resync_nudges_exactly_the_drifted_over_thousands(world: Testbed) -> None:
@@ -96,6 +119,7 @@ def test_resync_nudges_exactly_the_drifted_over_thousands(world: Testbed) -> Non
     md_pod = {
         f"d{d:02d}": pod_of(f"rackai.rackspace.com/model-deployment=d{d:02d}") for d in range(DEPLOYMENTS)
     }
+    v1_items: list[tuple[dict[str, object], dict[str, object] | None]] = []
     for name in names:
         # in sync: the status exactly as load writes it (its pod counted and recorded)
         loaded = {**_cond("Loaded", "Loaded"), "message": f"loaded in 1 Ready pod(s): {owner[name]} 1/1"}
@@ -111,9 +135,13 @@ def test_resync_nudges_exactly_the_drifted_over_thousands(world: Testbed) -> Non
             "served": [{"pod": md_pod[owner[name]], "fileSet": file_set({})}],
         }
         meta: dict[str, object] = {"name": name, "namespace": ns, "finalizers": [FINALIZER]}
-        _put(world, VLLM_ADAPTER, ns, {"metadata": meta, "spec": {"model": MODEL}}, status)
-    for name in sorted(deleting):
-        world.kube.store.delete(_rtype(world, VLLM_ADAPTER), ns, name, {})
+        v1_items.append(({"metadata": meta, "spec": {"model": MODEL}}, status))
+    _put_all(world, VLLM_ADAPTER, ns, v1_items)
+    for name in sorted(deleting):  # our finalizer holds them: deletionTimestamp set, still listed
+        world.custom.delete_namespaced_custom_object(
+            VLLM_ADAPTER.group, VLLM_ADAPTER.version, ns, VLLM_ADAPTER.plural, name
+        )
+    v2_items: list[tuple[dict[str, object], dict[str, object] | None]] = []
     for name in v2_names:
         spec = {
             "name": f"{name}-v1",
@@ -131,7 +159,8 @@ def test_resync_nudges_exactly_the_drifted_over_thousands(world: Testbed) -> Non
         loaded = {"conditions": conds, "loadedPath": spec["path"], "lastLoadedAt": "2026-01-01T00:00:00Z"}
         status = None if name in v2_unadmitted else loaded
         meta = {"name": name, "namespace": ns, "finalizers": [FINALIZER]}
-        _put(world, SGLANG_ADAPTER, ns, {"metadata": meta, "spec": spec}, status)
+        v2_items.append(({"metadata": meta, "spec": spec}, status))
+    _put_all(world, SGLANG_ADAPTER, ns, v2_items)
 
     # engines: every pod holds what it should, minus the "missing" drifts, plus the surplus
     root = f"{world.mount_root}/loraadapters/{ns}/{MODEL}"
@@ -201,10 +230,7 @@ def test_resync_nudges_exactly_the_drifted_over_thousands(world: Testbed) -> Non
     assert v1_lists >= math.ceil(VLLM_ADAPTERS / PAGE), f"{v1_lists} list requests: not paginated"
     # page by page and no more: one request per page of each kind (the sglang kind twice: the
     # claimants from other namespaces are read first), whatever else the cluster holds
-    stored = {
-        kind: len(world.kube.store.list_objects(_rtype(world, kind), None)[0])  # type: ignore[arg-type]
-        for kind in (VLLM_ADAPTER, SGLANG_ADAPTER)
-    }
+    stored = {kind: _count(world, kind) for kind in (VLLM_ADAPTER, SGLANG_ADAPTER)}
     # (both kinds' plural is `loraadapters`: the counter holds the two together)
     pages = math.ceil(stored[VLLM_ADAPTER] / PAGE) + 2 * math.ceil(stored[SGLANG_ADAPTER] / PAGE)
     assert v1_lists <= pages + 3, (v1_lists, stored)

@@ -24,9 +24,10 @@ from typing import IO, Any
 import httpx
 import yaml
 
-from devstack.seaweedfs import SeaweedServer
 from devstack.eventing.triggers import read_files, render
-from devstack.kubernetes import Kube, shared as shared_control_plane
+from devstack.kubernetes import Kube
+from devstack.kubernetes import shared as shared_control_plane
+from devstack.seaweedfs import SeaweedServer
 from functions.logic.filer_log import Cursor, annotations_of, cursor_of
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -49,7 +50,9 @@ def source_kube() -> Kube:
     kube.plane.install(read_files(sorted(COMPONENT.glob("*.yaml"))))
     with admin(kube) as http:
         http.delete(lease_path())
-        http.post(f"/apis/coordination.k8s.io/v1/namespaces/{NAMESPACE}/leases", json=component_lease()).raise_for_status()
+        http.post(
+            f"/apis/coordination.k8s.io/v1/namespaces/{NAMESPACE}/leases", json=component_lease()
+        ).raise_for_status()
     return kube
 
 

@@ -19,7 +19,10 @@ ROOT = Path(__file__).resolve().parents[2]
 KNATIVE = ROOT / "knative"
 MANIFEST_TESTS = ROOT / "tests" / "manifests"
 # Vendored CRDs: Knative's, and the prometheus-operator's (the monitoring component).
-VENDORED_CRDS = (ROOT / "devstack" / "kubernetes" / "knative-crds", MANIFEST_TESTS / "prometheus-operator-crds")
+VENDORED_CRDS = (
+    ROOT / "devstack" / "kubernetes" / "knative-crds",
+    MANIFEST_TESTS / "prometheus-operator-crds",
+)
 K8S_VERSION = "1.32"
 ROOT_FIELDS = {"apiVersion": "string", "kind": "string", "metadata": "object"}
 

@@ -3,8 +3,8 @@
 What the function and reliability tests (the `world` fixture of tests/conftest.py) and the
 benchmarks (bench/world.py) stand on: the process's real kube-apiserver and etcd
 (devstack.kubernetes.shared(), the rendered knative/ tree applied; the functions use their
-ServiceAccounts' TokenRequest tokens through a fault-injecting proxy, `kube`), the real SeaweedFS of the process
-(devstack.seaweedfs.shared(): one per test session, each test in its own namespace's
+ServiceAccounts' TokenRequest tokens through a fault-injecting proxy, `kube`), the real
+SeaweedFS of the process (devstack.seaweedfs.shared(): one per test session, each test in its own namespace's
 directories) behind a FaultProxy (`filer`: what the functions call, so a test can make it
 fail), an event sink as the broker URL, the workload stand-in with engine replicas (they read
 adapter files from the real filer, as through a SeaweedFS mount at MOUNT_ROOT), and each
@@ -31,10 +31,11 @@ from cloudevents.http import CloudEvent
 from kubernetes import client, config
 
 from devstack.eventing.sink import EventSink
-from devstack.functions_host import FUNCTIONS, FunctionHost
-from devstack.seaweedfs import MOUNT_ROOT, FaultProxy, Shared, shared
 from devstack.eventing.triggers import render
-from devstack.kubernetes import Kube, shared as shared_control_plane
+from devstack.functions_host import FUNCTIONS, FunctionHost
+from devstack.kubernetes import Kube
+from devstack.kubernetes import shared as shared_control_plane
+from devstack.seaweedfs import MOUNT_ROOT, FaultProxy, Shared, shared
 from devstack.workload import Workload
 from events.domain import AdapterRef
 from functions.adapters.storage import quote_path
@@ -249,7 +250,9 @@ def testbed(
         settings = {
             **{
                 f"KUBECONFIG_{name.upper()}": str(
-                    kube.service_account_kubeconfig(base / f"{name}.kubeconfig", "loraflow", f"loraflow-{name}")
+                    kube.service_account_kubeconfig(
+                        base / f"{name}.kubeconfig", "loraflow", f"loraflow-{name}"
+                    )
                 )
                 for name in ACCOUNTS
             },
