@@ -16,7 +16,6 @@ from devstack.workload import Workload
 from loraflow.cli import main
 from tests.support.filer import FilerClient
 
-
 NAMESPACE_PREFIX = "cli-"
 
 
