@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
 from cloudevents.http import CloudEvent
 
+from functions.logic.capacity import Capacity
 from functions.logic.pods import Endpoint
 from functions.logic.serving import ListingFailure
 from functions.resources.kinds import Kind
@@ -86,6 +87,14 @@ class StoragePort(Protocol):
         """The content of a small file; None when missing or larger than `max_bytes`."""
         ...
 
+    def copy_file(self, source: str, target: str, size: int) -> bool:
+        """Server-side copy, `target` replaced; False when the source is gone or not `size` long."""
+        ...
+
+    def delete_tree(self, directory: str) -> None:
+        """Delete `directory` recursively; nothing there is no error."""
+        ...
+
 
 class ConfigsPort(Protocol):
     def get(self, path: str, md5: str | None) -> bytes | None:
@@ -97,6 +106,10 @@ class EnginesPort(Protocol):
     def healthy(self, endpoint: Endpoint) -> bool: ...
 
     def listing(self, endpoint: Endpoint) -> dict[str, str] | ListingFailure: ...
+
+    def capacity(self, endpoint: Endpoint) -> Capacity | None:
+        """What the engine reports of its capacity (SGLang's server info), None: nothing."""
+        ...
 
     def load(self, endpoint: Endpoint, name: str, path: str, inplace: bool = False) -> CallResult: ...
 

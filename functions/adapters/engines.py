@@ -20,7 +20,9 @@ from __future__ import annotations
 
 import http.client
 import json
+import threading
 import time
+from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from typing import Any, Literal, NamedTuple, NotRequired, Protocol
 
@@ -30,7 +32,8 @@ from typing_extensions import TypedDict
 from functions.adapters.keepalive import Deadline, Streamed
 from functions.adapters.pod_connections import PodConnections
 from functions.errors import problems
-from functions.logic import reasons
+from functions.logic import capacity, reasons
+from functions.logic.capacity import Capacity
 from functions.logic.pods import Endpoint, Runtime
 from functions.logic.serving import ListingFailure
 from functions.observability import ENGINE_FAILURES, ENGINE_SECONDS
@@ -44,6 +47,10 @@ POD_IDLE_S = 600.0
 IDLE_CONNECTIONS_MAX = 512
 """Idle engine connections kept across all pods at most, each an open file (a container's soft
 limit can be 1,024): the pods that keep any are capped at this over `keepalive_per_pod`."""
+INFO_PATHS = ("/server_info", "/get_server_info")
+"""SGLang's server info (the second is the older name, a deprecated alias since)."""
+INFO_CACHED_MAX = 8192
+"""Replicas whose reported capacity is kept: it changes only with a restart (new arguments)."""
 HEADERS = {"Accept-Encoding": "identity"}
 POST_HEADERS = {**HEADERS, "Content-Type": "application/json"}
 ReplaceMode = Literal["inplace", "reload"]
@@ -262,6 +269,8 @@ class Engines:
         self._timeout = timeout
         self._replace = replace
         self._clock = clock
+        self._capacities: OrderedDict[tuple[str, int], Capacity | None] = OrderedDict()
+        self._capacities_lock = threading.Lock()
 
     def close(self) -> None:
         self._pods.close()
@@ -311,6 +320,33 @@ class Engines:
         if isinstance(result, ListingFailure):
             ENGINE_FAILURES.labels(endpoint.runtime, "list", result.reason).inc()
         return result
+
+    def capacity(self, endpoint: Endpoint) -> Capacity | None:
+        """The capacity an SGLang replica reports (`/server_info`), once per replica and restart;
+        None when it reports none (vLLM, an older release, a failed read: not kept, asked again)."""
+        if endpoint.runtime != "sglang":
+            return None
+        key = (endpoint.url, endpoint.restarts)
+        with self._capacities_lock:
+            if key in self._capacities:
+                return self._capacities[key]
+        found: Capacity | None = None
+        for path in INFO_PATHS:
+            try:
+                answer = self._call("GET", endpoint, path, capacity.INFO_MAX_BYTES)
+            except (OSError, http.client.HTTPException, ValueError, AnswerError):
+                return None
+            if answer.status == 404:
+                continue
+            if answer.status != 200:
+                return None
+            found = capacity.from_server_info(answer.body)
+            break
+        with self._capacities_lock:
+            self._capacities[key] = found
+            while len(self._capacities) > INFO_CACHED_MAX:
+                self._capacities.popitem(last=False)
+        return found
 
     def load(self, endpoint: Endpoint, name: str, path: str, inplace: bool = False) -> CallResult:
         protocol = PROTOCOLS[endpoint.runtime]

@@ -26,7 +26,8 @@ from typing import Any, NamedTuple
 
 from functions.adapters.concurrency import Task, bounded_map, pipeline, run_tasks, side_by_side
 from functions.edge.bootstrap import Deps
-from functions.logic import adapter_config, facts, reasons, serving
+from functions.logic import adapter_config, capacity, facts, reasons, serving
+from functions.logic.capacity import Capacity
 from functions.logic.loaded import FAILING, describe_failures, sglang_status, vllm_status
 from functions.logic.pods import (
     LOOPBACK,
@@ -180,13 +181,14 @@ def observe(deps: Deps, request: Request) -> Observed:
     asked = [t for t in sorted(request.targets) if targets.get(t) is not None]
     endpoints: dict[tuple[TargetKey, str], Endpoint] = {}
     verdicts: dict[AdapterKey, adapter_config.ConfigVerdict] = {}
+    pod_args: PodArgs = {}
     if asked:  # which other targets are watched depends on what the asked ones' pods serve
-        endpoints, verdicts = _pods_and_configs(deps, asked, objects, config_keys)
+        endpoints, verdicts = _pods_and_configs(deps, asked, objects, config_keys, pod_args)
         config_keys = []
     relevant = _relevant(request, objects, targets, {(t, pod) for t, pod in endpoints})
     watched = _watched_targets(request, relevant, objects, targets)
     more, more_verdicts = _pods_and_configs(
-        deps, [t for t in sorted(watched) if t not in request.targets], objects, config_keys
+        deps, [t for t in sorted(watched) if t not in request.targets], objects, config_keys, pod_args
     )
     endpoints |= more
     for key, verdict in (verdicts | more_verdicts).items():
@@ -198,8 +200,9 @@ def observe(deps: Deps, request: Request) -> Observed:
     }
     policy = Policy(mount_root=settings.mount_root, sglang_roots=settings.sglang_root_paths())
     world = World(adapters=adapters, targets=targets, pods=pods, policy=policy)
-    if request.listings:
-        world = _with_listings(deps, world, endpoints)
+    world = _with_listings(
+        deps, world, endpoints, _to_list(request, world, endpoints), pod_args, target_objects
+    )
     scope = serving.Scope(
         adapters=None if request.targets else frozenset(request.adapters),
         pods=request.pods,
@@ -302,11 +305,16 @@ def _endpoint(pod: Obj, target: TargetKey, denied: Denied) -> Endpoint | None:
     return ep if ep is not None and ep.namespace == target.namespace else None
 
 
+PodArgs = dict[tuple[TargetKey, str], list[object]]
+"""Each Ready pod's engine container arguments (its capacity settings)."""
+
+
 def _pods_and_configs(
     deps: Deps,
     watched: Sequence[TargetKey],
     objects: Mapping[AdapterKey, Obj],
     config_keys: Sequence[AdapterKey],
+    args: PodArgs | None = None,
 ) -> tuple[dict[tuple[TargetKey, str], Endpoint], dict[AdapterKey, adapter_config.ConfigVerdict]]:
     """The engines of `watched`'s pods (label-selected in each target's namespace) and the
     configs of `config_keys`, read side by side."""
@@ -321,6 +329,8 @@ def _pods_and_configs(
             ep = _endpoint(pod, key, denied)
             if ep is not None:
                 found[(key, ep.pod)] = ep
+                if args is not None:
+                    args[(key, ep.pod)] = capacity.container_args(pod)
     return found, dict(zip(config_keys, answers[len(watched) :], strict=True))
 
 
@@ -365,15 +375,56 @@ def _adapters(deps: Deps, objects: Mapping[AdapterKey, Obj]) -> dict[AdapterKey,
     }
 
 
-def _with_listings(deps: Deps, world: World, endpoints: Mapping[tuple[TargetKey, str], Endpoint]) -> World:
-    wanted = [where for where in sorted(endpoints) if where[0] in world.pods]
-    listed = dict(
-        bounded_map(
-            wanted, lambda where: deps.engines.listing(endpoints[where]), deps.settings.load_concurrency
-        )
-    )
+def _to_list(
+    request: Request, world: World, endpoints: Mapping[tuple[TargetKey, str], Endpoint]
+) -> set[tuple[TargetKey, str]]:
+    """The pods whose engine is listed before planning.
+
+    A reload lists only its own pod: the others keep what their status records say (each
+    pod's own Pod event reloads it; resync lists them all), so that a rolling restart of N
+    pods lists N engines, not N². Not for an sglang adapter served across namespaces (its
+    status names no pods). An sglang pod is always listed: what it holds decides what more it
+    can take. Otherwise every pod, unless the request loads without listing first."""
+    pods = {where for where in endpoints if where[0] in world.pods}
+    if request.pods is not None:
+        redacted_targets = {
+            a.target for a in world.adapters.values() if a.key.kind == "sglang" and serving.redacted(a)
+        }
+        return {w for w in pods if w in request.pods or w[0] in redacted_targets}
+    if request.listings:
+        return pods
+    return {w for w in pods if w[0].kind == "InferenceService"}
+
+
+def _with_listings(
+    deps: Deps,
+    world: World,
+    endpoints: Mapping[tuple[TargetKey, str], Endpoint],
+    to_list: set[tuple[TargetKey, str]],
+    pod_args: PodArgs,
+    target_objects: Mapping[TargetKey, Obj],
+) -> World:
+    """Each pod's listing (those of `to_list`) and capacity, read side by side."""
+    wanted = sorted(where for where in endpoints if where[0] in world.pods)
+
+    def read(where: tuple[TargetKey, str]) -> tuple[serving.Listing, Capacity]:
+        ep = endpoints[where]
+        listing = deps.engines.listing(ep) if where in to_list else None
+        if isinstance(listing, ListingFailure):
+            return listing, capacity.unbounded(ep.runtime)
+        reported = deps.engines.capacity(ep)
+        spec = facts.spec(target_objects.get(where[0]) or {}).get("engineArgs")
+        spec_args = spec if isinstance(spec, list) else None
+        return listing, capacity.of_pod(ep.runtime, reported, pod_args.get(where), spec_args)
+
+    read_all = dict(bounded_map(wanted, read, deps.settings.load_concurrency))
     pods = {
-        t: tuple(p._replace(listing=listed.get((t, p.name))) for p in group)
+        t: tuple(
+            p._replace(listing=read_all[(t, p.name)][0], capacity=read_all[(t, p.name)][1])
+            if (t, p.name) in read_all
+            else p
+            for p in group
+        )
         for t, group in world.pods.items()
     }
     return world._replace(pods=pods)
@@ -405,7 +456,11 @@ def execute(deps: Deps, observed: Observed, desire: Desire | None = None) -> Exe
             with lock:
                 listed[(pod.target, pod.name)] = listing
             pod = pod._replace(listing=listing)
-        return [partial(run, a) for a in serving.plan_pod(world, desire, pod, observed.scope)]
+        actions = serving.plan_pod(world, desire, pod, observed.scope)
+        if any(a.op == "unload" for a in actions) and any(a.op != "unload" for a in actions):
+            # room first: a pod's unloads finish before its loads start (the engine never evicts)
+            return [partial(_in_order, run, actions)]
+        return [partial(run, a) for a in actions]
 
     pods = [pod for target in sorted(world.pods) for pod in world.pods[target]]
     # planned from what is known (no I/O), pod after pod while the first calls run: only the
@@ -430,6 +485,11 @@ def execute(deps: Deps, observed: Observed, desire: Desire | None = None) -> Exe
     world = _set_listings(world, {**confirmed, **listed})
     after = serving.apply(world, outcomes)
     return Executed(world, after, desire, tuple(outcomes))
+
+
+def _in_order(run: Callable[[Action], None], actions: Sequence[Action]) -> None:
+    for action in actions:
+        run(action)
 
 
 def _set_listings(world: World, listed: Mapping[tuple[TargetKey, str], Any]) -> World:
@@ -523,7 +583,9 @@ def still_alive(deps: Deps, keys: Iterable[AdapterKey]) -> set[AdapterKey]:
 def reports(
     observed: Observed, executed: Executed, keys: Iterable[AdapterKey] | None = None
 ) -> dict[AdapterKey, ServingReport]:
-    chosen = observed.relevant if keys is None else keys
+    # an adapter unloaded to make room for one that ranks higher is told so too
+    displaced = {o.action.adapter for o in executed.outcomes if o.action.op == "unload" and o.ok}
+    chosen = observed.relevant | (displaced & set(observed.objects)) if keys is None else keys
     return {
         key: serving.serving_report(executed.after, executed.desire, key, executed.outcomes)
         for key in sorted(chosen)
@@ -623,6 +685,8 @@ def run(deps: Deps, request: Request, component: str) -> Result:
         if written is None or not written.changed:
             continue
         loaded = facts.condition(written.obj, reasons.LOADED)
+        if capacity_event(deps, observed.objects.get(key), written.obj, component):
+            continue
         if loaded is None or loaded.get("status") == "True" or loaded.get("reason") not in WARNED:
             continue
         message = describe_failures(item.report.targets, serving.redacted(executed.before.adapters[key]))
@@ -632,6 +696,27 @@ def run(deps: Deps, request: Request, component: str) -> Result:
 
 
 WARNED = frozenset({reasons.LOAD_FAILED, reasons.NAME_CONFLICT})
+CAPACITY_TROUBLE = frozenset({reasons.ENGINE_CAPACITY_EXCEEDED, reasons.ENGINE_CAPACITY_INVALID})
+
+
+def capacity_event(deps: Deps, before: Obj | None, after: Obj, component: str) -> bool:
+    """An Event when Loaded moves into capacity trouble (Warning, its reason) or out of it
+    (Normal EngineCapacityAvailable); True when one was recorded. A move within the trouble
+    (another count) records nothing: the condition's message says it."""
+    was = (facts.condition(before, reasons.LOADED) or {}).get("reason") if before is not None else None
+    now_loaded = facts.condition(after, reasons.LOADED) or {}
+    now = now_loaded.get("reason")
+    message = str(now_loaded.get("message") or "")
+    if now in CAPACITY_TROUBLE and was != now:
+        deps.kube.record_event(after, "Warning", str(now), message, component, deps.clock())
+        return True
+    if was in CAPACITY_TROUBLE and now not in CAPACITY_TROUBLE:
+        text = f"no longer left out by engine capacity: {message}"
+        deps.kube.record_event(
+            after, "Normal", reasons.EVENT_CAPACITY_AVAILABLE, text, component, deps.clock()
+        )
+        return now == reasons.LOADED_REASON
+    return False
 
 
 def warn_targets(deps: Deps, observed: Observed, executed: Executed, component: str) -> None:

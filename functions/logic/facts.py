@@ -25,6 +25,22 @@ ACCEPT_ANNOTATION = "loraflow.io/accept-adapters-from"
 """On an InferenceService: the other namespaces whose sglang adapters it serves (comma or space
 separated; `*` for any). Without it only adapters of its own namespace are served."""
 FILE_SET_PREFIX = "md5set:"
+PRIORITY_ANNOTATION = "loraflow.io/serving-priority"
+"""On a LoRAAdapter: an integer; when a pod cannot hold every adapter its target wants, higher
+ranks first (then the oldest). Anything else counts as 0."""
+
+
+def priority(m: Mapping[str, Any]) -> int:
+    annotations = m.get("annotations")
+    value = annotations.get(PRIORITY_ANNOTATION) if isinstance(annotations, Mapping) else None
+    if not isinstance(value, str):
+        return 0
+    text = value.strip()
+    try:
+        parsed = int(text) if len(text) <= 10 else 0
+    except ValueError:
+        return 0
+    return parsed
 
 
 def _mapping(value: object) -> Mapping[str, Any]:
@@ -183,6 +199,7 @@ def vllm_adapter(obj: Obj, mount_root: str, config: ConfigVerdict | None = None)
         model=str(spec_.get("model") or ""),
         served=served,
         config=config,
+        priority=priority(m) if m.get("annotations") else 0,
     )
 
 
@@ -216,6 +233,12 @@ def sglang_adapter(obj: Obj) -> Adapter:
         deleting=deleting(obj),
         target=isvc_ref(obj),
         loaded_path=str(status(obj).get("loadedPath") or ""),
+        served={
+            str(item.get("pod")): str(item.get("path"))
+            for item in status(obj).get("served") or []
+            if isinstance(item, Mapping) and item.get("pod") and item.get("path")
+        },
+        priority=priority(m) if m.get("annotations") else 0,
     )
 
 

@@ -84,7 +84,17 @@ def summarize(report: ServingReport, redact: bool = False) -> LoadedState:
         message = describe_failures(attempted, redact) + ("" if redact else notes)
         if all(p.state == "occupied" for p in failing):
             return LoadedState("False", reasons.NAME_CONFLICT, message, reasons.NAME_CONFLICT)
+        if all(p.reason == reasons.ENGINE_CAPACITY_INVALID for p in failing):
+            invalid = reasons.ENGINE_CAPACITY_INVALID
+            return LoadedState("False", invalid, message, invalid)
         return LoadedState("False", reasons.LOAD_FAILED, message, failing[0].reason)
+    left_out = [p for p in pods if p.state == "capacity"]
+    if left_out:
+        exceeded = reasons.ENGINE_CAPACITY_EXCEEDED
+        shown = f"{len(left_out)} of {len(pods)} Ready pod(s)"
+        if not redact:
+            shown += f" ({_named([p.pod for p in left_out])})"
+        return LoadedState("False", exceeded, f"left out in {shown}: {left_out[0].message}{where}", exceeded)
     stale = [p.pod for p in pods if p.state == "stale"]
     if stale:
         shown = f"{len(stale)} pod(s)" if redact else _named(stale)
@@ -153,8 +163,26 @@ def vllm_serving(
         if not has_loaded:
             return VllmServing(used, [], None)
         return VllmServing(used, [], LoadedState("False", reasons.ADAPTER_NOT_READY, "adapter is not Ready"))
-    served = [{"pod": pod, "fileSet": fs} for pod, fs in sorted(report.served.items())]
+    served: list[Obj] = [
+        {"pod": pod, "fileSet": fs, **_residency(report, pod)} for pod, fs in sorted(report.served.items())
+    ]
     return VllmServing(used, served, summarize(report))
+
+
+def _residency(report: ServingReport, pod: str) -> Obj:
+    value = report.residency.get(pod)
+    return {"residency": value} if value else {}
+
+
+def sglang_served(report: ServingReport, redact: bool) -> list[Obj]:
+    """sglang status.served: each pod serving the adapter now, from its path (a reload lists
+    only its own pod and takes the others from these); none for an adapter in another
+    namespace than its InferenceService (its status never names that namespace's pods)."""
+    if redact:
+        return []
+    return [
+        {"pod": pod, "path": path, **_residency(report, pod)} for pod, path in sorted(report.served.items())
+    ]
 
 
 def vllm_status(
@@ -220,6 +248,11 @@ def sglang_status(
     pods = [p for t in report.targets for p in t.pods]
     if any(p.state == "serving" for p in pods) and not any(p.state == "stale" for p in pods):
         status["loadedPath"] = path
+    served_records = sglang_served(report, redact)
+    if served_records:
+        status["served"] = served_records
+    else:
+        status.pop("served", None)
     if stamps_load_time(current, report, served):
         status["lastLoadedAt"] = conditions.timestamp(now)
     return status

@@ -104,3 +104,17 @@ EVENT_UNLOAD_FAILED = UNLOAD_FAILED
 EVENT_FILES_TRUNCATED = "StatusFilesTruncated"
 EVENT_STATUS_SHRUNK = "StatusShrunk"
 EVENT_FORBIDDEN = "Forbidden"
+
+# -- engine capacity -------------------------------------------------------------------------------
+ENGINE_CAPACITY_EXCEEDED = "EngineCapacityExceeded"
+"""The target wants more adapters than a pod's engine holds; this one ranks outside them
+(docs/operations.md, "Engine capacity"). It is loaded by itself when room appears."""
+ENGINE_CAPACITY_INVALID = "EngineCapacityInvalid"
+"""A pod's engine reports (or was started with) a capacity that is not a sane count."""
+EVENT_CAPACITY_EXCEEDED = ENGINE_CAPACITY_EXCEEDED
+EVENT_CAPACITY_AVAILABLE = "EngineCapacityAvailable"
+"""A Normal Event: an adapter left out by capacity is now served everywhere it should be."""
+RESIDENT = "resident"
+RELOADABLE = "reloadable"
+"""vllm residency of a served adapter: its weights fit the pod's CPU cache, or more adapters
+are loaded than fit and the engine reads an evicted one again on its next request."""

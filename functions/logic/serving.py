@@ -19,6 +19,14 @@ Rules (docs/operations.md, "Serving"):
   On one InferenceService a `spec.name` belongs to the oldest eligible adapter that claims it
   (creationTimestamp; within its one-second grain the InferenceService's own namespace first;
   then uid); the others get the verdict NameConflict and are never loaded.
+- Capacity (functions/logic/capacity.py): an sglang pod holds at most its `max_loaded_loras`
+  (what does not fit leaves its listing), so a target's claims are ranked, highest
+  `loraflow.io/serving-priority` first, then oldest creationTimestamp, then namespace and name,
+  and a pod holds the first ones that fit beside the names it serves that are not the target's;
+  the others are left out (EngineCapacityExceeded) and never loaded there. A load never evicts:
+  a claim that ranks out is unloaded before the one that ranks in is loaded. A vllm pod lists
+  every name and reads an evicted one again on demand: all are loaded, and each pod says
+  whether they are resident or reloadable. A pod whose capacity is garbage gets no loads.
 - What a pod serves is known by content: a copy counts as ours only when the engine's `root`
   is the adapter's path (vllm: and `status.served` records the verified file set it was loaded
   from). A copy from an older file set is replaced; a name served from a path that is not ours
@@ -35,6 +43,7 @@ from typing import Literal, NamedTuple
 
 from functions.logic import reasons
 from functions.logic.adapter_config import ConfigVerdict
+from functions.logic.capacity import Capacity
 from functions.logic.paths import STORAGE_ROOT, normal_path
 
 AdapterKind = Literal["vllm", "sglang"]
@@ -43,7 +52,7 @@ Serve = Literal["serve", "hold", "drop"]
 """serve: may be loaded. hold (vllm): a verified file set exists and verify is ruling on a change:
 keep the copies there are, load none. drop: must not be served (not Ready, deleting)."""
 Op = Literal["load", "replace", "unload"]
-PodState = Literal["serving", "stale", "absent", "occupied", "failed", "unreachable"]
+PodState = Literal["serving", "stale", "absent", "occupied", "failed", "unreachable", "capacity"]
 ACCEPT_ALL = "*"
 
 
@@ -90,6 +99,8 @@ class Adapter(NamedTuple):
     """vllm: status.served, pod -> the file set it was loaded from."""
     config: ConfigVerdict | None = None
     """vllm: the verdict on its adapter_config.json (rank checked against each target)."""
+    priority: int = 0
+    """`loraflow.io/serving-priority`: higher ranks first when a pod cannot hold every claim."""
 
 
 class Target(NamedTuple):
@@ -119,6 +130,8 @@ class Pod(NamedTuple):
     target: TargetKey
     name: str
     listing: Listing = None
+    capacity: Capacity | None = None
+    """None: no limit known (nothing is ranked out)."""
 
 
 class Policy(NamedTuple):
@@ -202,6 +215,8 @@ class PodReport(NamedTuple):
     reason: str = ""
     message: str = ""
     retryable: bool = False
+    residency: str = ""
+    """vllm with a known capacity, when serving: `resident` or `reloadable`."""
 
 
 class TargetReport(NamedTuple):
@@ -220,6 +235,8 @@ class ServingReport(NamedTuple):
     loaded_now: tuple[str, ...]
     """Pods a load or replace call of this invocation succeeded in."""
     unloaded_now: tuple[str, ...]
+    residency: Mapping[str, str] = {}
+    """pod -> residency, for the served records (pods whose capacity is known)."""
 
 
 # -- paths ---------------------------------------------------------------------------------------------
@@ -440,6 +457,56 @@ def owner_of_copy(
     return None
 
 
+class Room(NamedTuple):
+    """What one pod may hold of its target's claims."""
+
+    fits: frozenset[str] | None
+    """Engine names of the claims that fit; None: all of them."""
+    capacity: Capacity | None = None
+    ranked: int = 0
+    """How many claims the target has (for the messages)."""
+    residency: str = ""
+
+
+def rank_key(adapter: Adapter | None, lora: str) -> tuple[int, str, str, str]:
+    if adapter is None:
+        return (0, "~", "", lora)
+    return (-adapter.priority, adapter.created or "~", adapter.key.namespace, adapter.key.name)
+
+
+def room(world: World, desire: Desire, pod: Pod) -> Room:
+    """Which of its target's claims `pod` holds, given its capacity and what else it lists."""
+    cap = pod.capacity
+    if cap is None or (cap.slots is None and cap.problem is None):
+        return Room(None)
+    claims = desire.wanted.get(pod.target, {})
+    listing = pod.listing if isinstance(pod.listing, Mapping) else None
+    if cap.problem is not None:  # unknown room: hold what is there, add nothing
+        held = frozenset(n for n in claims if listing is not None and n in listing)
+        return Room(held, cap, len(claims))
+    assert cap.slots is not None
+    if not cap.evicts_listed:  # vllm: every name stays served; residency says how
+        total = len(listing) if listing is not None else len(claims)
+        residency = reasons.RESIDENT if total <= cap.slots else reasons.RELOADABLE
+        return Room(None, cap, len(claims), residency)
+    foreign = 0 if listing is None else sum(1 for n in listing if n not in claims)
+    if len(claims) + foreign <= cap.slots:
+        return Room(None, cap, len(claims))
+    budget = max(0, cap.slots - foreign)
+    order = sorted(claims, key=lambda n: rank_key(world.adapters.get(claims[n].adapter), n))
+    return Room(frozenset(order[:budget]), cap, len(claims))
+
+
+def left_out_message(rm: Room, target: TargetKey) -> str:
+    cap = rm.capacity
+    slots = cap.slots if cap is not None else None
+    source = f" ({cap.source})" if cap is not None and cap.source else ""
+    return (
+        f"the engine holds at most {slots} adapter(s){source} and {target} wants {rm.ranked}; "
+        "this one ranks outside them (serving-priority, then age)"
+    )
+
+
 def plan_pod(world: World, desire: Desire, pod: Pod, scope: Scope) -> list[Action]:
     """The engine calls one pod needs, given its listing (None: not observed, load blindly)."""
     listing = pod.listing
@@ -447,9 +514,17 @@ def plan_pod(world: World, desire: Desire, pod: Pod, scope: Scope) -> list[Actio
         return []
     claims = desire.wanted.get(pod.target, {})
     actions: list[Action] = []
+    rm = room(world, desire, pod)
+    bound = rm.capacity is not None and rm.capacity.evicts_listed and rm.fits is not None
+    if bound and listing is None:
+        return []  # what it holds is unknown: a load could evict a wanted adapter
+    if rm.capacity is not None and rm.capacity.problem is not None:
+        rm = rm._replace(fits=frozenset())  # no loads where the room is unknown
     if scope.may_load(pod):
         for lora, claim in sorted(claims.items()):
             if not scope.covers(claim.adapter) or not claim.load:
+                continue
+            if rm.fits is not None and lora not in rm.fits:
                 continue
             state = "absent" if listing is None else pod_state(world, claim, listing, pod.name)
             if state == "occupied" and listing is not None:
@@ -461,6 +536,19 @@ def plan_pod(world: World, desire: Desire, pod: Pod, scope: Scope) -> list[Actio
                 actions.append(
                     Action(op, pod.target, pod.name, lora, claim.adapter, claim.lora_path, claim.file_set)
                 )
+        if bound and isinstance(listing, Mapping) and any(a.op == "load" for a in actions):
+            # room first: what ranks out goes before what ranks in arrives (fleet runs a pod's
+            # unloads before its loads), so the engine never evicts on its own
+            assert rm.fits is not None
+            out = [
+                Action("unload", pod.target, pod.name, lora, claims[lora].adapter)
+                for lora in sorted(listing)
+                if lora in claims
+                and lora not in rm.fits
+                and owner_of_copy(world, pod.target, lora, listing[lora], desire.copies)
+                == claims[lora].adapter
+            ]
+            actions = out + actions
     if scope.unload and listing is not None:
         for lora, root in sorted(listing.items()):
             owner = owner_of_copy(world, pod.target, lora, root, desire.copies)
@@ -469,7 +557,9 @@ def plan_pod(world: World, desire: Desire, pod: Pod, scope: Scope) -> list[Actio
             wanted = claims.get(lora)
             if wanted is not None and wanted.adapter == owner:
                 continue  # wanted here (an older copy is load's to replace)
-            actions.append(Action("unload", pod.target, pod.name, lora, owner))
+            action = Action("unload", pod.target, pod.name, lora, owner)
+            if action not in actions:
+                actions.append(action)
     return actions
 
 
@@ -559,6 +649,7 @@ def serving_report(
     }
     reports: list[TargetReport] = []
     served: dict[str, str] = {}
+    residency: dict[str, str] = {}
     adapter = world.adapters.get(key)
     if adapter is not None and adapter.serve != "serve":
         verdicts = tuple(TargetReport(t, adapter.not_served) for t in desire.targets_of.get(key, ()))
@@ -571,10 +662,13 @@ def serving_report(
             continue
         pods: list[PodReport] = []
         for pod in world.pods.get(target, ()):
-            report = _pod_report(world, claim, pod, failed.get((target, pod.name)))
+            rm = room(world, desire, pod)
+            report = _pod_report(world, claim, pod, failed.get((target, pod.name)), rm, target)
             pods.append(report)
             if report.state == "serving":
                 served[pod.name] = claim.file_set
+                if report.residency:
+                    residency[pod.name] = report.residency
             elif (
                 report.state in ("unreachable", "failed")
                 and adapter is not None
@@ -593,18 +687,29 @@ def serving_report(
     unloaded_now = tuple(
         sorted({o.action.pod for o in mine if o.action.op == "unload" and o.reason == reasons.POD_UNLOADED})
     )
-    return ServingReport(key, tuple(reports), served, loaded_now, unloaded_now)
+    return ServingReport(key, tuple(reports), served, loaded_now, unloaded_now, residency)
 
 
-def _pod_report(world: World, claim: Claim, pod: Pod, failure: Outcome | None) -> PodReport:
+def _pod_report(
+    world: World, claim: Claim, pod: Pod, failure: Outcome | None, rm: Room, target: TargetKey
+) -> PodReport:
     if failure is not None:
         return PodReport(pod.name, "failed", failure.reason, failure.message, failure.retryable)
     listing = pod.listing
     if isinstance(listing, ListingFailure):
         return PodReport(pod.name, "unreachable", listing.reason, listing.message, listing.retryable)
+    adapter = world.adapters.get(claim.adapter)
+    if listing is None and adapter is not None and adapter.served.get(pod.name) == claim.file_set:
+        # not listed by this invocation (a reload reads only its own pod): its record stands
+        return PodReport(pod.name, "serving", reasons.POD_PRESENT, residency=rm.residency)
+    state = "absent" if listing is None else pod_state(world, claim, listing, pod.name)
+    if state == "absent" and rm.capacity is not None and rm.capacity.problem is not None:
+        reason, message = rm.capacity.problem
+        return PodReport(pod.name, "failed", reason, message)
+    if state == "absent" and rm.fits is not None and claim.lora_name not in rm.fits:
+        return PodReport(pod.name, "capacity", reasons.ENGINE_CAPACITY_EXCEEDED, left_out_message(rm, target))
     if listing is None:
         return PodReport(pod.name, "absent", reasons.POD_NOT_LOADED, "not loaded (yet)")
-    state = pod_state(world, claim, listing, pod.name)
     if state == "occupied":
         return PodReport(
             pod.name, "occupied", reasons.POD_OCCUPIED, "the name is served from a path that is not ours"
@@ -613,7 +718,7 @@ def _pod_report(world: World, claim: Claim, pod: Pod, failure: Outcome | None) -
         return PodReport(pod.name, "stale", reasons.POD_STALE, "serves an older file set")
     if state == "absent":
         return PodReport(pod.name, "absent", reasons.POD_NOT_LOADED, "not loaded (yet)")
-    return PodReport(pod.name, "serving", reasons.POD_PRESENT)
+    return PodReport(pod.name, "serving", reasons.POD_PRESENT, residency=rm.residency)
 
 
 def retryable(reports: Iterable[ServingReport]) -> bool:

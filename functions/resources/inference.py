@@ -29,10 +29,19 @@ class SGLangAdapterSpec(WireModel):
     path: str = Field(min_length=1)
 
 
+class SGLangServedRecord(WireModel):
+    """One pod serving the adapter now, and from which path (load, reload and unload keep these)."""
+
+    pod: str
+    path: str
+    residency: Literal["resident", "reloadable"] | None = None
+
+
 class SGLangAdapterStatus(WireModel):
     conditions: list[Condition] | None = None
     last_loaded_at: str | None = None
     loaded_path: str | None = None
+    served: list[SGLangServedRecord] | None = None
 
 
 class SGLangAdapter(WireModel):
@@ -48,6 +57,7 @@ class InferenceServiceSpec(WireModel):
     model: str | None = None
     replicas: int | None = Field(default=None, ge=0)
     extra_volumes: list[dict[str, Any]] | None = None
+    engine_args: list[str] | None = None
 
 
 class InferenceService(WireModel):

@@ -25,6 +25,7 @@ from cloudevents.http import CloudEvent
 from functions.adapters.engines import CallResult
 from functions.adapters.storage import StoredFile
 from functions.logic import reasons
+from functions.logic.capacity import Capacity
 from functions.logic.pods import Endpoint
 from functions.logic.serving import ListingFailure
 from functions.ports import FinalizersFn, StatusFn, Written
@@ -161,6 +162,12 @@ class FakeEngine:
     """When set, what `listing` answers instead of the truth (a hostile or broken pod)."""
     fail: dict[str, CallResult] = field(default_factory=dict)
     """operation -> the failure it answers."""
+    reports: Capacity | None = None
+    """What `capacity` answers (SGLang's server info)."""
+    slots: int | None = None
+    """sglang: max_loaded_loras as the LRU release enforces it (a load past it evicts the first
+    loaded, and the name leaves the listing); None: no limit."""
+    evicted: list[str] = field(default_factory=list)
 
 
 class FakeEngines:
@@ -180,6 +187,11 @@ class FakeEngines:
             return engine.listing_answer
         return dict(engine.loaded)
 
+    def capacity(self, endpoint: Endpoint) -> Capacity | None:
+        engine = self.engine(endpoint.url, endpoint.runtime)
+        engine.calls.append(("info", ""))
+        return engine.reports
+
     def load(self, endpoint: Endpoint, name: str, path: str, inplace: bool = False) -> CallResult:
         engine = self.engine(endpoint.url, endpoint.runtime)
         engine.calls.append(("load-inplace" if inplace else "load", name))
@@ -190,6 +202,10 @@ class FakeEngines:
                 True, reasons.POD_ALREADY_LOADED, f"The lora adapter '{name}' has already been loaded."
             )
         engine.loaded[name] = path
+        while engine.slots is not None and len(engine.loaded) > engine.slots:
+            victim = next(iter(engine.loaded))
+            del engine.loaded[victim]
+            engine.evicted.append(victim)
         return CallResult(True, reasons.POD_LOADED)
 
     def unload(self, endpoint: Endpoint, name: str) -> CallResult:
@@ -231,6 +247,18 @@ class FakeStorage:
     def read_small(self, path: str, max_bytes: int) -> bytes | None:
         content = self.files.get(path)
         return None if content is None or len(content) > max_bytes else content
+
+    def copy_file(self, source: str, target: str, size: int) -> bool:
+        content = self.files.get(source)
+        if content is None or len(content) != size:
+            return False
+        self.files[target] = content
+        return True
+
+    def delete_tree(self, directory: str) -> None:
+        prefix = directory.rstrip("/") + "/"
+        for path in [p for p in self.files if p.startswith(prefix)]:
+            del self.files[path]
 
 
 class FakeConfigs:
