@@ -26,6 +26,7 @@ from typing import Any, Literal
 from kubernetes import client, watch
 
 from devstack.standins.engines import EngineFleet, EngineReplica
+from devstack.standins.engines.args import EngineArgsError, replica_settings
 from devstack.standins.engines.base import MountCache
 from functions.resources.kinds import (
     INFERENCE_SERVICE,
@@ -75,6 +76,7 @@ def pod_body(kind: Kind, target: dict[str, Any], name: str, replica: EngineRepli
                     "name": "engine",
                     "image": IMAGES[runtime],
                     "ports": [{"name": "http", "containerPort": replica.port}],
+                    **({"args": [str(a) for a in spec["engineArgs"]]} if spec.get("engineArgs") else {}),
                 }
             ]
         },
@@ -105,6 +107,17 @@ def pod_status(replica: EngineReplica, ready: bool, restarts: int) -> dict[str, 
             }
         ],
     }
+
+
+def engine_settings(runtime: str, args: object) -> dict[str, Any]:
+    """The replica settings a target's `spec.engineArgs` set (its capacity); arguments the
+    engine would refuse are left out (loraflow reads the same arguments and says so)."""
+    if not isinstance(args, list):
+        return {}
+    try:
+        return replica_settings(runtime, [str(a) for a in args])
+    except EngineArgsError:
+        return {}
 
 
 class Workload:
@@ -181,7 +194,7 @@ class Workload:
             served_model=spec.get("model") or meta["name"],
             mount_root=self.mount_root,
             filer_cache=self.mount,
-            **self.engine_defaults,
+            **{**self.engine_defaults, **engine_settings(runtime, spec.get("engineArgs"))},
         )
         self._core.create_namespaced_pod(namespace, pod_body(kind, target, name, replica))
         self._set_pod_status(namespace, name, replica, ready=True, restarts=0)

@@ -263,3 +263,23 @@ def test_engine_args_as_a_deployment_writes_them() -> None:
     }
     with pytest.raises(EngineArgsError, match="invalid int"):
         replica_settings("sglang", ["--max-loaded-loras", "four"])
+
+
+def test_a_targets_engine_args_reach_its_pods_and_replicas(fleet: EngineFleet, mount: Path) -> None:
+    from devstack.workload import engine_settings, pod_body
+    from functions.logic import capacity
+    from functions.resources.kinds import INFERENCE_SERVICE
+
+    args = ["--max-loaded-loras", "4", "--max-loras-per-batch", "4"]
+    target = {
+        "metadata": {"name": "chat", "namespace": "ns"},
+        "spec": {"runtime": "sglang", "engineArgs": args},
+    }
+    r = sglang(fleet, mount, **engine_settings("sglang", args))
+    assert (r.max_loaded_loras, r.max_loras_per_batch) == (4, 4)
+    body = pod_body(INFERENCE_SERVICE, target, "chat-0", r)
+    assert body["spec"]["containers"][0]["args"] == args
+    assert (
+        capacity.of_pod("sglang", None, capacity.container_args(body), None).slots == 4
+    )  # what loraflow reads
+    assert engine_settings("sglang", ["--max-loaded-loras", "x"]) == {}
