@@ -11,14 +11,21 @@ At quiescence, for both LoRAAdapter kinds:
    (Kubernetes objects, the storage listing, the engines' own `GET /v1/models`) and the result
    is compared with the stored status, ignoring only timestamps (`lastTransitionTime`,
    `lastLoadedAt`, which must be set when the adapter is loaded somewhere);
-3. no finalizer of ours is left on a deleted adapter, and every live adapter carries it.
+3. no finalizer of ours is left on a deleted adapter, and every live adapter carries it;
+4. capacity: no pod is asked to hold more than its engine can (`over-capacity`: what it lists
+   plus what the planner would still load passes its capacity), an adapter left out by capacity
+   is not `missing`, and where the engine is a stand-in (its `/_devstack/state` answers) no
+   SGLang engine evicted an adapter (`evicted`: a load made it put out a wanted one) and no name
+   was loaded twice since the engine's last start while it evicted (`load-evict-loop`).
 
 The engines are only listed: the check has no side effects.
 """
 
 from __future__ import annotations
 
+import json
 import tempfile
+import urllib.request
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -54,7 +61,7 @@ NOT_READY_LOADED_REASONS = frozenset({reasons.ADAPTER_NOT_READY, reasons.NOT_REF
 class Violation:
     rule: str
     """missing | stale | surplus | takeover | wrong-path | unreachable | status | finalizer |
-    last-loaded-at"""
+    last-loaded-at | over-capacity | evicted | load-evict-loop"""
     subject: str
     detail: str
 
@@ -280,9 +287,12 @@ def check_engines(world: serving.World, desire: serving.Desire) -> list[Violatio
                     Violation("unreachable", subject, "Ready pod whose engine does not answer GET /v1/models")
                 )
                 continue
+            room = serving.room(world, desire, pod)
             for lora, claim in sorted(claims.items()):
                 state = serving.pod_state(world, claim, listing, pod.name)
                 root = listing.get(lora, "")
+                if state == "absent" and room.fits is not None and lora not in room.fits:
+                    continue  # left out by capacity: its status says so (checked with the others)
                 if state == "absent" and claim.load:
                     out.append(Violation("missing", subject, f"{lora} should be loaded here and is not"))
                 elif state == "stale" and claim.load:
@@ -309,6 +319,62 @@ def check_engines(world: serving.World, desire: serving.Desire) -> list[Violatio
     return out
 
 
+def check_capacity(observed: fleet.Observed, desire: serving.Desire) -> list[Violation]:
+    """Rule 4: what the planner asks of each bounded pod fits it; stand-in engines say whether
+    they evicted or reloaded in a loop."""
+    out: list[Violation] = []
+    world = observed.world
+    for target, pods in sorted(world.pods.items()):
+        for pod in pods:
+            subject = f"{target.kind} {target} pod {pod.name}"
+            cap = pod.capacity
+            listing = pod.listing
+            if (
+                cap is not None
+                and cap.slots is not None
+                and cap.evicts_listed
+                and isinstance(listing, Mapping)
+            ):
+                actions = serving.plan_pod(world, desire, pod, serving.Scope())
+                held = (
+                    len(listing)
+                    + sum(a.op == "load" for a in actions)
+                    - sum(a.op == "unload" for a in actions)
+                )
+                if held > cap.slots:
+                    detail = (
+                        f"would hold {held} adapter(s), its engine holds at most {cap.slots} ({cap.source})"
+                    )
+                    out.append(Violation("over-capacity", subject, detail))
+            endpoint = observed.endpoints.get((target, pod.name))
+            state = _stand_in_state(endpoint.url) if endpoint is not None else None
+            if state is None or state.get("engine") != "sglang":
+                continue
+            if state.get("evictions"):
+                detail = f"the engine evicted {state['evictions']} adapter(s) to make room for a load"
+                out.append(Violation("evicted", subject, detail))
+            since = float(state.get("restarted_at") or 0.0)
+            counts: dict[str, int] = {}
+            for load in state.get("loads") or []:
+                if load.get("ok") and float(load.get("start") or 0.0) >= since:
+                    counts[str(load.get("name"))] = counts.get(str(load.get("name")), 0) + 1
+            looping = sorted(n for n, c in counts.items() if c > 1)
+            if looping and state.get("evictions"):
+                detail = f"loaded more than once since its start while evicting: {', '.join(looping[:10])}"
+                out.append(Violation("load-evict-loop", subject, detail))
+    return out
+
+
+def _stand_in_state(url: str) -> Obj | None:
+    """A stand-in engine's `/_devstack/state` (None for a real engine, or no answer)."""
+    try:
+        with urllib.request.urlopen(url + "/_devstack/state", timeout=5) as answer:
+            state = json.loads(answer.read())
+    except (OSError, ValueError):
+        return None
+    return state if isinstance(state, dict) else None
+
+
 def check_finalizer(obj: Obj, kind: str) -> list[Violation]:
     meta = obj.get("metadata") or {}
     finalizers = meta.get("finalizers") or []
@@ -329,6 +395,7 @@ def check(source: Any, namespaces: Iterable[str] | None = None) -> list[Violatio
     deps = deps_for(source)
     observed, models = observe(deps, namespaces)
     out = check_engines(observed.world, serving.desired(observed.world))
+    out += check_capacity(observed, serving.desired(observed.world))
     world, fresh = fresh_world(deps, observed, models)
     desire = serving.desired(world)
     for key, obj in sorted(observed.objects.items()):

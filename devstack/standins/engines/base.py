@@ -507,6 +507,8 @@ class EngineReplica:
             "completion": 0,
             "info": 0,
         }
+        self.restarted_at = time.monotonic()
+        """When the engine last (re)started, on the clock of `load_log`."""
         self.evictions = 0
         """Adapters the engine put out of memory to make room (its capacity at work)."""
         self.reloads = 0
@@ -593,6 +595,7 @@ class EngineReplica:
         with self._lock:
             self._generation += 1
             self.restarts += 1
+            self.restarted_at = time.monotonic()
             self._unhealthy_until = time.monotonic() + max(0.0, unhealthy_for_s)
             self._reset_adapters()
             self.forget_memory()
@@ -697,6 +700,7 @@ class EngineReplica:
             "restarts": self.restarts,
             "calls": dict(self.calls),
             "evictions": self.evictions,
+            "restarted_at": self.restarted_at,
             "reloads": self.reloads,
             "memory": self.memory(),
             "faults": self.faults.snapshot(),
