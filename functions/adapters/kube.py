@@ -185,11 +185,15 @@ def connect(kubeconfig: str | None) -> KubeApi:
 TOO_LARGE = "etcdserver: request is too large"
 """etcd refuses writes above --max-request-bytes (1.5 MiB by default); the API server passes it
 on as a 500 (kubernetes/kubernetes#112152), but no retry can make the object smaller."""
+TOO_LARGE_TO_SEND = "trying to send message larger than max"
+"""Above 2 MiB the API server's own etcd client refuses to send the write (gRPC ResourceExhausted,
+also a 500): as permanent as etcd's refusal."""
 
 
 def _translate(err: ApiError, verb: str, what: str) -> LoraflowError:
-    if err.status == 500 and TOO_LARGE in err.body:
-        return KubeRefused(f"{verb} {what}: the object would exceed etcd's request limit ({TOO_LARGE})", 413)
+    refusal = next((m for m in (TOO_LARGE, TOO_LARGE_TO_SEND) if m in err.body), None)
+    if err.status == 500 and refusal is not None:
+        return KubeRefused(f"{verb} {what}: the object would exceed etcd's request limit ({refusal})", 413)
     if err.status in (429,) or (err.status or 0) >= 500:
         return KubeUnavailable(f"{verb} {what}: Kubernetes API answered {err.status}")
     return KubeRefused(f"{verb} {what}: Kubernetes API answered {err.status}: {err.body[:500]}", err.status)

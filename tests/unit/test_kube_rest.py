@@ -1,5 +1,6 @@
 """functions.adapters.kube over its REST client: paths, pagination, guarded patches and the
-translation of answers (httpx.MockTransport stands in for the API server)."""
+translation of answers (httpx.MockTransport stands in for the API server; tests/kubernetes
+meets the real one)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,6 @@ from typing import Any
 import httpx
 import pytest
 
-from devstack.standins.kube import KubeServer
 from functions.adapters.kube import Kube, KubeApi, KubeRefused
 from functions.adapters.kubeconfig import KubeConfig, StaticToken
 from functions.errors import KubeConflict, KubeUnavailable
@@ -170,18 +170,22 @@ def test_record_event_posts_and_never_raises(caplog: pytest.LogCaptureFixture) -
     assert [getattr(r, "adapter", None) for r in failed] == ["ns/a", "ns/a"]  # 403, connection refused
 
 
-def test_an_object_too_large_for_etcd_is_refused_not_retried() -> None:
-    """The stand-in answers as the API server does when etcd refuses the write (500 with etcd's
-    message): a permanent refusal, not KubeUnavailable, and nothing is written."""
-    with KubeServer() as server:
-        server.store.max_request_bytes = 4096
-        api = KubeApi(KubeConfig(server=server.url, credentials=StaticToken(server.admin_token)))
-        containers = [{"name": "c", "image": "i"}]
-        pod = {"kind": "Pod", "metadata": {"name": "p"}, "spec": {"containers": containers}}
-        api.request("POST", "/api/v1/namespaces", body={"metadata": {"name": "ns"}})
-        api.request("POST", "/api/v1/namespaces/ns/pods", body=pod)
-        client = Kube(api)
-        with pytest.raises(KubeRefused, match="etcdserver: request is too large"):
-            client.write_status(POD, "ns", "p", lambda obj: {**obj, "status": {"message": "x" * 8192}})
-        stored = client.get(POD, "ns", "p")
-        assert stored is not None and "message" not in (stored.get("status") or {})
+@pytest.mark.parametrize(
+    "message",
+    [
+        "etcdserver: request is too large",
+        "rpc error: code = ResourceExhausted desc = "
+        "trying to send message larger than max (2500499 vs. 2097152)",
+    ],
+)
+def test_a_write_too_large_for_etcd_is_refused_not_retried(message: str) -> None:
+    """The two 500s the API server answers for a write above etcd's limits (etcd's own refusal,
+    and its etcd client's 2 MiB send limit) are permanent: KubeRefused 413, one request only.
+    tests/kubernetes proves the server answers them."""
+    seen: list[httpx.Request] = []
+    answer = {"kind": "Status", "status": "Failure", "message": message, "code": 500}
+    client = kube(lambda r: httpx.Response(500, json=answer), seen)
+    with pytest.raises(KubeRefused) as refused:
+        client.write_status(POD, "ns", "p", lambda obj: {"message": "x"}, current=adapter("1"))
+    assert refused.value.status == 413
+    assert [r.method for r in seen] == ["PATCH"]
