@@ -28,8 +28,8 @@ def write_endpoints(stack: Stack, path: Path) -> None:
 
 
 def write_kubeconfig(stack: Stack, path: Path) -> None:
-    """The admin's kubeconfig (the stand-in's URL, its CA, a cluster-admin token), atomically,
-    readable by its owner only (it holds a token)."""
+    """The admin's kubeconfig (kube-apiserver's URL, the stack's CA, a system:masters token),
+    atomically, readable by its owner only (it holds a token)."""
     tmp = path.with_suffix(".tmp")
     stack.kube.write_kubeconfig(tmp, stack.kube.admin_token)
     tmp.chmod(0o600)
