@@ -1,23 +1,28 @@
-"""1. Upload-to-serving latency on the embedded stack (devstack.stack.Stack, as `make run`).
+"""1. Upload-to-serving latency on the embedded stack (devstack.stack.Stack, as `make run`), on
+the real kube-apiserver and etcd (the functions call it directly, no fault proxy).
 
 An adapter declares its MD5s (spec.integrity.md5) and is named by a ModelDeployment of N
 replicas (engine load latency 0); its config file is uploaded first and the stack settles
 (admit, stat, verify: not Ready, a file is missing). The clock starts as the last file's PUT
 to the filer begins (the filer then queues its notification to the ingest webhook) and stops when
-the adapter is Ready=True and Loaded=True and every replica's engine lists it. In between,
+the adapter is Ready=True and Loaded=True (as a watch on the API server reports it: bench/watch.py)
+and every replica's engine lists it. In between,
 everything is the real chain: filer webhook -> ingest -> broker -> stat -> verify -> load,
 each step a functions-framework process over HTTP, routed by the knative/ Triggers, with the
-ApiServerSource stand-in turning our own status writes into events as in a cluster.
+ApiServerSource emulation watching the real server and turning our own status writes into
+events as in a cluster. The CPU per adapter of each process over the measured adapters
+(settling included) is reported: kube-apiserver and etcd apart from ours, less what they spend
+idle (measured over 3 s after the stack started).
 
 Reference, timed in the same run (broker deliveries dropped meanwhile, so no function
 competes): the same PUT of the last file (the clock above starts before it, so both sides
 time it), then the minimal sequence of HTTP calls the chain needs, made directly with one
-keep-alive client: adapter GET, filer listing, status PATCH (stat); adapter GET, status
-PATCH (verify); adapter GET, deployments list, config GET, pods list, per pod (concurrently,
-LORAFLOW_LOAD_CONCURRENCY) POST /v1/load_lora_adapter, status PATCH (load). A new adapter's
-loads need no listing first: the engine's "already loaded" answer tells the same.
-Target: median <= 150 ms at 3 replicas, and <= 1.5x the reference there (issue 20; it was 3x at
-every size); larger sizes are reported.
+keep-alive client against the same real servers: adapter GET, filer listing, status PATCH
+(stat); adapter GET, status PATCH (verify); adapter GET, deployments list, config GET, pods
+list, per pod (concurrently, LORAFLOW_LOAD_CONCURRENCY) POST /v1/load_lora_adapter, status
+PATCH (load). A new adapter's loads need no listing first: the engine's "already loaded"
+answer tells the same.
+Target: the median <= 1.2x the reference at 3 and at 20 replicas; the absolute times reported.
 """
 
 from __future__ import annotations
@@ -35,6 +40,8 @@ import httpx
 
 from bench import world as w
 from bench.common import Result, median_of, percentile
+from bench.cpu import idle_server_cpu, net, stack_cpu
+from bench.watch import Conditions
 from devstack.eventing.broker import Faults
 from devstack.seaweedfs import shared
 from devstack.stack import Stack
@@ -46,6 +53,7 @@ from tests.support.wait import NotReached, eventually
 
 NS = "default"
 MERGE = {"Content-Type": "application/merge-patch+json"}
+RATIO = 1.2
 
 
 def adapter_files(name: str) -> dict[str, bytes]:
@@ -61,25 +69,23 @@ def md5s_of(files: dict[str, bytes]) -> dict[str, str]:
 
 
 class Probe:
-    """Reads the stand-ins' own state in process (no HTTP): what `done` waits for."""
+    """What `done` waits for: the adapters' conditions as a watch on the API server says them,
+    and the engine stand-ins' own state in process (no HTTP). `close()` ends the watch."""
 
     def __init__(self, stack: Stack, deployment: str) -> None:
         self.stack = stack
-        rtype = stack.kube.registry.lookup(VLLM_ADAPTER.group, VLLM_ADAPTER.version, VLLM_ADAPTER.plural)
-        assert rtype is not None
-        self.rtype = rtype
+        self.watch = Conditions(stack.control_plane, NS)
         pods = stack.workload.pods(NS, f"{MODEL_DEPLOYMENT_LABEL}={deployment}")
         self.replicas = [stack.workload.replica(NS, p["metadata"]["name"]) for p in pods]
 
     def conditions(self, name: str) -> dict[str, str]:
-        try:
-            obj = self.stack.kube.store.get(self.rtype, NS, name)
-        except Exception:
-            return {}
-        return {c.get("type"): c.get("status") for c in (obj.get("status") or {}).get("conditions") or []}
+        return self.watch.get(name)
 
     def everywhere(self, name: str) -> bool:
         return bool(self.replicas) and all(name in r.loaded for r in self.replicas)
+
+    def close(self) -> None:
+        self.watch.close()
 
 
 def create_deployment(stack: Stack, replicas: int, adapters: list[str]) -> None:
@@ -286,14 +292,22 @@ def _reference(stack: Stack, name: str, deployment: str, concurrency: int, steps
         return time.perf_counter() - started
 
 
-def _size(stack: Stack, replicas: int, repeats: int, concurrency: int) -> dict[str, Any]:
+def _size(
+    stack: Stack, replicas: int, repeats: int, concurrency: int, idle: dict[str, float]
+) -> dict[str, Any]:
     deployment = f"d{replicas}"
     names = [f"r{replicas}-u{i}" for i in range(repeats + 1)]  # +1: warm-up
     create_deployment(stack, replicas, names)
     eventually(lambda: ready_pods(stack, deployment) == replicas, 60, what="replicas Ready", interval=0.05)
     stack.settle(timeout=20, quiet=0.3)
     probe = Probe(stack, deployment)
-    runs = [measure_one(stack, probe, name) for name in names]
+    cpu, began = stack_cpu(stack), time.perf_counter()
+    try:
+        runs = [measure_one(stack, probe, name) for name in names]
+    finally:
+        probe.close()
+    took = time.perf_counter() - began
+    spent = net({k: v - cpu.get(k, 0.0) for k, v in stack_cpu(stack).items()}, idle, took)
     runs = runs[1:]
     stack.broker.set_faults(Faults(drop=1.0))
     steps: dict[str, float] = {}
@@ -319,6 +333,8 @@ def _size(stack: Stack, replicas: int, repeats: int, concurrency: int) -> dict[s
         "reference_samples_ms": [round(s * 1000, 1) for s in reference],
         "ratio": round(median_of(served) / median_of(reference), 2),
         "reference_mean_cumulative_ms": {k: round(v / (repeats + 1) * 1000, 1) for k, v in steps.items()},
+        # CPU per adapter while the pipeline ran (settling included): the servers' apart from ours
+        "cpu_ms_per_adapter": {k: round(v * 1000 / len(names), 1) for k, v in sorted(spent.items())},
     }
 
 
@@ -329,18 +345,25 @@ def run(smoke: bool) -> Result:
     results: dict[int, dict[str, Any]] = {}
     # the functions in their own processes, as in a cluster: in this one they would share one
     # interpreter (and its lock) with each other, the broker and every stand-in
-    with Stack(ping_period=None, function_processes=True, seaweed=shared(), filer_proxy=False) as stack:
+    with Stack(
+        ping_period=None, function_processes=True, seaweed=shared(), filer_proxy=False, kube_proxy=False
+    ) as stack:
+        idle = idle_server_cpu(stack.control_plane)
         for replicas in sizes:
-            results[replicas] = _size(stack, replicas, repeats, concurrency)
+            results[replicas] = _size(stack, replicas, repeats, concurrency, idle)
             # the deployment was deleted: let its replicas go before the next size (best effort)
             with contextlib.suppress(NotReached):
                 eventually(lambda: not stack.workload.pods(NS, MODEL_DEPLOYMENT_LABEL), 5, interval=0.05)
     main = results[sizes[0]]
     value = main["median_ms"]
-    met = value <= 150 and main["ratio"] <= 1.5
+    met = all(r["ratio"] <= RATIO for r in results.values())
     notes = "; ".join(
         f"{n} replicas: {r['median_ms']:.0f} ms (Ready at {r['to_ready_median_ms']:.0f} ms) vs "
-        f"direct {r['reference_ms']:.0f} ms = {r['ratio']:.1f}x"
+        f"direct {r['reference_ms']:.0f} ms = {r['ratio']:.2f}x; CPU per adapter: kube-apiserver "
+        f"{r['cpu_ms_per_adapter'].get('kube-apiserver', 0):.0f} ms, "
+        f"etcd {r['cpu_ms_per_adapter'].get('etcd', 0):.0f}, "
+        f"functions {sum(v for k, v in r['cpu_ms_per_adapter'].items() if k.startswith('function/')):.0f}, "
+        f"broker and engines {r['cpu_ms_per_adapter'].get('standins', 0):.0f}"
         for n, r in results.items()
     )
     return Result(
@@ -350,7 +373,9 @@ def run(smoke: bool) -> Result:
         unit="ms",
         reference=main["reference_ms"],
         ratio=main["ratio"],
-        target=f"<= 150 ms and <= 1.5x the direct HTTP sequence at {sizes[0]} replicas",
+        target=f"<= {RATIO}x the direct HTTP sequence against the same servers at "
+        + " and ".join(map(str, sizes))
+        + " replicas",
         met=met,
         details={
             "sizes": {str(k): v for k, v in results.items()},
