@@ -7,33 +7,35 @@ Mirrors knative/eventing `pkg/adapter/apiserver` (`events/events.go`, `delegate.
   whole object (last state on delete), `subject` `/apis/<apiVersion>/namespaces/<ns>/<plural>/
   <name>` (core kinds too: `/apis/v1/...`, the plural guessed from the kind), extensions
   `kind`, `apiversion`, `name`, `namespace`, `source` = the API server URL;
-- the informer's `Replace()`/`Resync()` are no-ops: objects that exist when the source starts,
-  and anything seen again by a relist after `410 Gone`, produce no event;
+- the informer's `Replace()`/`Resync()` are no-ops (`resourceDelegate` in `delegate.go`):
+  objects that exist when the source starts, and anything seen again by a relist after
+  `410 Gone`, produce no event;
 - status-subresource writes are MODIFIED events too, so our own patches come back as updates.
-Watches resume from the last seen resourceVersion. Events go out in watch order per resource.
+Each kind is a list+watch on the real kube-apiserver (informer.py: bookmarks, a relist after
+410 Expired, which a restarted kube-apiserver answers to every resume point from before its
+restart, and a capped backoff while it or etcd is down). Watches resume from the last seen
+resourceVersion. Events go out in watch order per resource.
 """
 
 from __future__ import annotations
 
-import contextlib
-import json
 import logging
 import threading
 import uuid
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
 from cloudevents.http import CloudEvent
-from kubernetes import client, watch
+from kubernetes import client
 
 from devstack.eventing.broker import BrokerClient
+from devstack.eventing.informer import Connection, Informer
 
 log = logging.getLogger("devstack.eventing.apiserversource")
 
 VERBS = {"ADDED": "add", "MODIFIED": "update", "DELETED": "delete"}
-WATCH_WINDOW_S = 5
 
 
 def guess_plural(kind: str) -> str:
@@ -124,94 +126,36 @@ class _ResourceWatch:
     ) -> None:
         self.resource = resource
         self._on_event = on_event
-        self._custom = client.CustomObjectsApi(api)
-        self._core = client.CoreV1Api(api)
-        self._stop = threading.Event()
-        self._watch: watch.Watch | None = None
-        self._rv = ""
-        self.expired = 0
-        """Watches that ended in 410 Gone: the events between were never sent (informer semantics)."""
-        self._thread = threading.Thread(
-            target=self._run, name=f"apiserversource-{resource.kind}", daemon=True
+        self.informer = Informer(
+            Connection.of(api),
+            collection_path(resource),
+            self._event,
+            label_selector=resource.selector,
+            name=f"apiserversource-{resource.kind}",
         )
 
-    def _list_fn(self) -> Callable[..., Any]:
-        group, version = self.resource.group_version
-        if not group:
-            if self.resource.kind != "Pod":
-                raise ValueError(f"core kind {self.resource.kind} is not supported by the local source")
-            list_pods: Callable[..., Any] = self._core.list_pod_for_all_namespaces
-            return list_pods
-        plural = guess_plural(self.resource.kind)
-
-        def list_custom(**kwargs: Any) -> Any:
-            return self._custom.list_cluster_custom_object(group, version, plural, **kwargs)
-
-        return list_custom
-
-    def _kwargs(self) -> dict[str, Any]:
-        return {"label_selector": self.resource.selector} if self.resource.selector else {}
-
-    def relist(self) -> None:
-        """Informer Replace(): remember where the list is, emit nothing."""
-        response = self._list_fn()(_preload_content=False, **self._kwargs())
-        self._rv = json.loads(response.data)["metadata"]["resourceVersion"]
+    @property
+    def expired(self) -> int:
+        return self.informer.expired
 
     def start(self) -> None:
-        self.relist()
-        self._thread.start()
+        self.informer.start()
 
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            try:
-                for kind, obj in self._events():
-                    self._on_event(kind, obj)
-            except client.ApiException as err:
-                if err.status == 410:
-                    self.expired += 1
-                    log.warning("%s watch expired (410): relisting without events", self.resource.kind)
-                    self._relist_quietly()
-                    continue
-                log.warning("%s watch failed: %s", self.resource.kind, err)
-                self._stop.wait(0.2)
-            except Exception as err:
-                if not self._stop.is_set():
-                    log.warning("%s watch broke: %s", self.resource.kind, err)
-                    self._stop.wait(0.2)
-
-    def _relist_quietly(self) -> None:
-        with contextlib.suppress(Exception):
-            self.relist()
-
-    def _events(self) -> Iterator[tuple[str, Any]]:
-        self._watch = watch.Watch()
-        stream = self._watch.stream(
-            self._list_fn(),
-            resource_version=self._rv,
-            timeout_seconds=WATCH_WINDOW_S,
-            allow_watch_bookmarks=True,
-            **self._kwargs(),
-        )
-        for event in stream:
-            if self._stop.is_set():
-                return
-            obj = event.get("raw_object") or {}
-            self._rv = (obj.get("metadata") or {}).get("resourceVersion") or self._rv
-            if event.get("type") in VERBS:
-                yield (
-                    event["type"],
-                    {"apiVersion": self.resource.api_version, "kind": self.resource.kind, **obj},
-                )
+    def _event(self, kind: str, obj: dict[str, Any]) -> None:
+        self._on_event(kind, {"apiVersion": self.resource.api_version, "kind": self.resource.kind, **obj})
 
     def stop(self) -> None:
-        self._stop.set()
-        if self._watch is not None:
-            self._watch.stop()
-            response = getattr(self._watch, "_resp", None)
-            if response is not None:
-                with contextlib.suppress(Exception):
-                    response.close()
-        self._thread.join(timeout=WATCH_WINDOW_S + 2)
+        self.informer.stop()
+
+
+def collection_path(resource: WatchedResource) -> str:
+    """The kind's collection across namespaces: `/api/v1/pods`, `/apis/<group>/<version>/<plural>`."""
+    group, version = resource.group_version
+    if not group:
+        if resource.kind != "Pod":
+            raise ValueError(f"core kind {resource.kind} is not supported by the local source")
+        return f"/api/{version}/pods"
+    return f"/apis/{group}/{version}/{guess_plural(resource.kind)}"
 
 
 class ApiServerSource:
@@ -252,10 +196,11 @@ class ApiServerSource:
         return self
 
     def stop(self) -> None:
-        for w in self._watches:
-            w._stop.set()
-        for w in self._watches:
-            w.stop()
+        threads = [threading.Thread(target=w.stop, name="apiserversource-stop") for w in self._watches]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
 
     def _emit(self, watch_type: str, obj: Mapping[str, Any]) -> None:
         namespace = (obj.get("metadata") or {}).get("namespace", "")

@@ -243,7 +243,7 @@ class Broker:
         self.counters = Counters()
         self.log = EventLog()
         self._workers = workers
-        self._routes: list[tuple[Trigger, str]] = []
+        self._routes: dict[tuple[str, str], tuple[Trigger, str]] = {}
         self._lock = threading.Condition()
         self._busy = 0
         self._last_activity = time.monotonic()
@@ -262,7 +262,7 @@ class Broker:
 
     def start(self) -> Broker:
         """Resolve every subscriber (a Destination that cannot be resolved fails here), serve."""
-        self._routes = [(t, self.resolve(t.subscriber)) for t in self.triggers]
+        self.set_triggers(self.triggers, strict=True)
         self._scheduler = _Scheduler(self._workers)
         self._thread = threading.Thread(
             target=self._server.serve_forever, kwargs={"poll_interval": 0.05}, name="broker-http", daemon=True
@@ -284,6 +284,36 @@ class Broker:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+    def set_triggers(self, triggers: Sequence[Trigger], strict: bool = False) -> dict[str, str]:
+        """Route by `triggers` from now on (the Trigger objects as the API server holds them, or
+        manifests); the routes are swapped at once, so a publish sees the old set or the new.
+        Returns each Trigger's subscriber URL, or why it has none: `strict` raises instead (a
+        Trigger of the stack's own manifests that cannot be resolved is a broken stack), else
+        that Trigger gets no delivery, as Knative's filter answers 404 to a Trigger without
+        `status.subscriberUri`."""
+        routes: dict[tuple[str, str], tuple[Trigger, str]] = {}
+        outcome: dict[str, str] = {}
+        for trigger in triggers:
+            try:
+                url = self.resolve(trigger.subscriber)
+            except ValueError as err:
+                if strict:
+                    raise
+                outcome[trigger.name] = f"unresolved: {err}"
+                continue
+            routes[(trigger.namespace, trigger.name)] = (trigger, url)
+            outcome[trigger.name] = url
+        self.triggers = list(triggers)
+        self._routes = routes
+        return outcome
+
+    def route(self, trigger: Trigger) -> tuple[Trigger, str] | None:
+        """The current route of the Trigger `trigger` was (None: it is gone, or was recreated)."""
+        found = self._routes.get((trigger.namespace, trigger.name))
+        if found is None or found[0].uid != trigger.uid:
+            return None
+        return found
 
     def set_faults(self, faults: Faults | None) -> None:
         self.faults = faults or Faults()
@@ -332,7 +362,7 @@ class Broker:
         event["knativearrivaltime"] = datetime.now(UTC).isoformat().replace("+00:00", "Z")
         self._count("received")
         attrs = {k: str(v) for k, v in event.get_attributes().items()}
-        matched = [(t, url) for t, url in self._routes if t.matches(attrs)]
+        matched = [(t, url) for t, url in self._routes.values() if t.matches(attrs)]
         self.log.add(event, "received", trace, triggers=[t.name for t, _ in matched])
         for trigger, url in matched:
             self._fan_out(event, trigger, url, trace)
@@ -366,6 +396,9 @@ class Broker:
             self._end()
 
     def _deliver(self, task: _Task) -> None:
+        if task.attempts and not self._still_routed(task):
+            self._end()
+            return
         task.attempts += 1
         outcome = self._attempt(task)
         delivery = task.trigger.delivery
@@ -379,6 +412,26 @@ class Broker:
         else:
             self._dead_letter(task, outcome)
         self._end()
+
+    def _still_routed(self, task: _Task) -> bool:
+        """Before a retry: Knative's filter reads the Trigger from its informer on every attempt,
+        so a deleted Trigger gets no more (it answers 404 and the Subscription carrying the
+        retries is deleted with it), and a changed one is delivered by its current spec (a
+        filter that no longer matches is answered 200 without a delivery)."""
+        current = self.route(task.trigger)
+        if current is None:
+            self.log.add(
+                task.event, "trigger-gone", task.trace, trigger=task.trigger.name, attempts=task.attempts
+            )
+            return False
+        task.trigger, task.url = current
+        attrs = {k: str(v) for k, v in task.event.get_attributes().items()}
+        if not task.trigger.matches(attrs):
+            self.log.add(
+                task.event, "filtered", task.trace, trigger=task.trigger.name, attempts=task.attempts
+            )
+            return False
+        return True
 
     def _attempt(self, task: _Task) -> _Outcome:
         delivery = task.trigger.delivery

@@ -116,7 +116,7 @@ class Delivery:
 
     @classmethod
     def parse(cls, spec: Mapping[str, Any] | None, base: Delivery | None = None) -> Delivery:
-        """Trigger delivery overrides the Broker's (field by field, as the reconciler merges)."""
+        """A DeliverySpec; what it leaves out comes from `base` (the defaults when None)."""
         base = base or cls()
         if not spec:
             return base
@@ -236,19 +236,26 @@ class Trigger:
     subscriber: Mapping[str, Any]
     matches: Predicate = field(repr=False, compare=False)
     delivery: Delivery = Delivery()
+    uid: str = ""
+    """The object's uid in the API server ("" for a manifest read from a file)."""
 
     @classmethod
     def parse(cls, doc: Mapping[str, Any], broker_delivery: Delivery | None = None) -> Trigger:
+        """`spec.delivery` when the Trigger has one, else the Broker's, whole: the trigger
+        reconciler copies one or the other into the Subscription, never a merge of the two
+        (`pkg/reconciler/broker/trigger/trigger.go`, subscribeToBrokerChannel)."""
         meta, spec = doc.get("metadata") or {}, doc.get("spec") or {}
         if not spec.get("subscriber"):
             raise ManifestError(f"Trigger {meta.get('name')!r} has no subscriber")
+        own = spec.get("delivery")
         return cls(
             name=str(meta.get("name", "")),
             namespace=str(meta.get("namespace", "default")),
             broker=str(spec.get("broker", "default")),
             subscriber=spec["subscriber"],
             matches=compile_trigger_filter(spec),
-            delivery=Delivery.parse(spec.get("delivery"), broker_delivery),
+            delivery=Delivery.parse(own) if own else (broker_delivery or Delivery()),
+            uid=str(meta.get("uid") or ""),
         )
 
 

@@ -247,15 +247,18 @@ def test_durations_and_backoff() -> None:
     assert [lin.backoff(n) for n in (1, 2, 3)] == [1, 2, 3]
 
 
-def test_trigger_delivery_overrides_broker_delivery() -> None:
+def test_trigger_delivery_replaces_broker_delivery() -> None:
+    # Knative's trigger reconciler puts the Trigger's delivery, else the Broker's, whole into
+    # the Subscription: a Trigger that sets only `retry` has no backoff delay and no dead letter
     broker = {
         "kind": "Broker",
         "metadata": {"name": "default"},
-        "spec": {"delivery": {"retry": 10, "backoffDelay": "PT0.2S"}},
+        "spec": {"delivery": {"retry": 10, "backoffDelay": "PT0.2S", **DLS}},
     }
     (plain, own) = load_triggers([broker, trigger("p", "a"), trigger("o", "a", {"delivery": {"retry": 1}})])
     assert (plain.delivery.retry, plain.delivery.backoff_delay_s) == (10, pytest.approx(0.2))
-    assert (own.delivery.retry, own.delivery.backoff_delay_s) == (1, pytest.approx(0.2))
+    assert plain.delivery.dead_letter == DLS["deadLetterSink"]
+    assert (own.delivery.retry, own.delivery.backoff_delay_s, own.delivery.dead_letter) == (1, 0.0, None)
 
 
 # -- routing and ingress ----------------------------------------------------------------------------
