@@ -53,17 +53,18 @@ from kubernetes import client, config
 
 from devstack.eventing.apiserversource import ApiServerSource
 from devstack.eventing.broker import Broker, BrokerClient, Faults
+from devstack.eventing.informer import Connection
 from devstack.eventing.pingsource import PingSource
 from devstack.eventing.sink import EventSink
 from devstack.eventing.triggers import (
     KNATIVE_DIR,
     ManifestError,
-    load_triggers,
     of_kind,
     read_files,
     render,
     subscriber_service,
 )
+from devstack.eventing.triggerwatch import TriggerWatch
 from devstack.functions_host import FUNCTIONS, FunctionHost, ProcessFunctionHost, launch_source
 from devstack.kubernetes import ControlPlane, Kube, prepare
 from devstack.seaweedfs import BUCKET, MOUNT_ROOT, FaultProxy, SeaweedServer, Shared, Webhook, WebhookRelay
@@ -293,15 +294,18 @@ class Stack:
     def _start_functions_and_broker(self) -> None:
         brokers = of_kind(self.manifests, "Broker")
         name = str(brokers[0]["metadata"]["name"]) if brokers else "default"
-        self.triggers = load_triggers(self.manifests, broker=name)
-        self.broker = Broker(
-            self.triggers, self._resolve, name=name, time_scale=self.time_scale, faults=self.faults
-        )
+        namespace = str(brokers[0]["metadata"].get("namespace", "default")) if brokers else "default"
+        self.broker = Broker([], self._resolve, name=name, time_scale=self.time_scale, faults=self.faults)
         self._on_stop(self.broker.stop, tier=1)
         self._set_env(self._function_env())
         self.functions: FunctionHost | ProcessFunctionHost = self._function_host().start()
         self._on_stop(self.functions.stop, tier=1)
         self.broker.start()
+        # Routes come from the Trigger objects in the API server, watched as Knative's broker
+        # filter does: what `kubectl apply` adds or changes routes, what it deletes stops.
+        admin = Connection(self.kube.url, self.kube.admin_token, str(self.kube.tls.ca_file))
+        self.trigger_watch = TriggerWatch(admin, self.broker, namespace).start()
+        self._on_stop(self.trigger_watch.stop, tier=1)
 
     def _function_host(self) -> FunctionHost | ProcessFunctionHost:
         """Where the functions run (not started yet). A subclass may put them elsewhere:
