@@ -1,12 +1,12 @@
 """functions.adapters.keepalive over real sockets: connections kept and reused, a kept one the
-server closed is replaced without failing the request, TLS checks the name asked for, and every
-failure arrives as httpx's transport errors (what functions.adapters.kube translates)."""
+server closed is replaced without failing the request, and every failure arrives as httpx's
+transport errors (what functions.adapters.kube translates). TLS against the real kube-apiserver:
+tests/kubernetes."""
 
 from __future__ import annotations
 
 import http.client
 import socket
-import ssl
 import struct
 import threading
 import time
@@ -17,7 +17,6 @@ from typing import Any
 import httpx
 import pytest
 
-from devstack.standins.kube import KubeServer
 from functions.adapters.keepalive import Deadline, KeepAlive, may_send_again
 
 
@@ -226,22 +225,6 @@ def test_an_answer_that_never_comes_is_a_timeout(silent: str) -> None:
     with pytest.raises(httpx.TimeoutException):
         client.request("GET", "/", {}, None)
     assert time.monotonic() - started < 5
-
-
-def test_tls_checks_the_name_asked_for() -> None:
-    """Over the API stand-in's TLS: the certificate is checked against `server_name` (a
-    kubeconfig's tls-server-name) when given, else against the host of the URL."""
-    with KubeServer(tls=True) as kube:
-        assert kube.tls is not None
-        context = ssl.create_default_context(cadata=kube.tls.ca_pem.decode())
-        url = kube.url.replace("127.0.0.1", "localhost")
-        headers = {"Authorization": f"Bearer {kube.admin_token}"}
-        assert KeepAlive(url, context).request("GET", "/api/v1/namespaces", headers, None).status == 200
-        by_name = KeepAlive(kube.url, context, server_name="localhost")
-        assert by_name.request("GET", "/api/v1/namespaces", headers, None).status == 200
-        wrong = KeepAlive(kube.url, context, server_name="api.elsewhere.example")
-        with pytest.raises(httpx.TransportError, match="certificate"):
-            wrong.request("GET", "/api/v1/namespaces", headers, None)
 
 
 def test_a_request_can_bound_itself_tighter_than_the_client(silent: str) -> None:

@@ -12,9 +12,9 @@ from typing import Any
 import httpx
 import pytest
 
-from functions.adapters.kube import Kube, KubeApi, KubeRefused
+from functions.adapters.kube import Kube, KubeApi
 from functions.adapters.kubeconfig import KubeConfig, StaticToken
-from functions.errors import KubeConflict, KubeUnavailable
+from functions.errors import KubeConflict, KubeRefused, KubeUnavailable
 from functions.resources.kinds import POD, VLLM_ADAPTER
 
 Handler = Callable[[httpx.Request], httpx.Response]

@@ -16,12 +16,9 @@ import pytest
 import yaml
 from cryptography import x509
 
-from devstack.standins.kube import KubeServer
-from devstack.standins.kube.tls import issue, loopback_certificate
+from devstack.kubernetes.pki import loopback_certificate
 from functions.adapters import kubeconfig
-from functions.adapters.kube import Kube, KubeUnavailable, connect
 from functions.adapters.kubeconfig import FileToken, KubeConfig, KubeConfigError, from_kubeconfig, in_cluster
-from functions.resources.kinds import POD
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -256,33 +253,7 @@ def test_exec_user_through_the_real_kubernetes_loader(tmp_path: Path) -> None:
     assert config.authorization() == "Bearer from-exec"
 
 
-def test_a_tls_stand_in_with_its_own_ca(tmp_path: Path) -> None:
-    """The devstack kubeconfig (certificate-authority-data, token) against the TLS stand-in."""
-    with KubeServer(tls=True) as kube:
-        path = kube.write_kubeconfig(tmp_path / "kc", kube.admin_token)
-        client = Kube(connect(str(path)))
-        assert client.get(POD, "default", "absent") is None
-        assert client.list_all(POD) == []
-
-
-def test_the_functions_client_verifies_the_servers_ca(tmp_path: Path) -> None:
-    """A server whose certificate another CA signed is refused: the CA data is used, not
-    skipped (and neither is the system's bundle enough)."""
-    other = issue(tmp_path / "other-pki")
-    with KubeServer(tls=True) as kube:
-        config = kube.kubeconfig(kube.admin_token)
-        config["clusters"][0]["cluster"]["certificate-authority-data"] = b64(other.ca_pem)
-        path = tmp_path / "kc"
-        path.write_text(json.dumps(config))
-        with pytest.raises(KubeUnavailable, match="CERTIFICATE_VERIFY_FAILED"):
-            Kube(connect(str(path))).get(POD, "default", "absent")
-        del config["clusters"][0]["cluster"]["certificate-authority-data"]
-        path.write_text(json.dumps(config))
-        with pytest.raises(KubeUnavailable, match="CERTIFICATE_VERIFY_FAILED"):
-            Kube(connect(str(path))).get(POD, "default", "absent")
-
-
-def test_the_stand_ins_pki_is_a_ca_and_a_leaf_it_signed() -> None:
+def test_the_control_planes_pki_is_a_ca_and_a_leaf_it_signed() -> None:
     cert = loopback_certificate()
     ca, leaf = x509.load_pem_x509_certificate(cert.ca_pem), x509.load_pem_x509_certificate(cert.pem)
     assert ca.extensions.get_extension_for_class(x509.BasicConstraints).value.ca

@@ -1,0 +1,122 @@
+"""The functions' own Kubernetes client (functions.adapters.kube, .kubeconfig, .keepalive) against
+the real kube-apiserver: what it makes of the server's refusals (an object too large for etcd, an
+RBAC denial), and TLS as a kubeconfig sets it up (the CA trusted, the name checked)."""
+
+from __future__ import annotations
+
+import base64
+import json
+import ssl
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from devstack.kubernetes import ControlPlane
+from devstack.kubernetes.pki import issue
+from functions.adapters.keepalive import KeepAlive
+from functions.adapters.kube import Kube, connect
+from functions.errors import KubeRefused, KubeUnavailable
+from functions.resources.kinds import MODEL, POD, VLLM_ADAPTER
+
+
+def admin(plane: ControlPlane, path: Path) -> Kube:
+    return Kube(connect(str(plane.write_kubeconfig(path))))
+
+
+@pytest.mark.parametrize(
+    ("padding", "refusal"),
+    [
+        (1_600_000, "etcdserver: request is too large"),  # over etcd's --max-request-bytes (1.5 MiB)
+        (2_500_000, "trying to send message larger than max"),  # over the apiserver's etcd client's 2 MiB
+        (3_200_000, "Request entity too large: limit is 3145728"),  # over the apiserver's own body limit
+    ],
+    ids=["etcd", "etcd-client", "apiserver"],
+)
+def test_an_object_too_large_to_store_is_refused_not_retried(
+    plane: ControlPlane, api: httpx.Client, namespace: str, tmp_path: Path, padding: int, refusal: str
+) -> None:
+    """Each limit a write can meet is a permanent refusal (KubeRefused, 413: what stat shrinks its
+    status on), never KubeUnavailable (which the Broker would redeliver forever); nothing is written."""
+    pod = {"metadata": {"name": "p"}, "spec": {"containers": [{"name": "c", "image": "i"}]}}
+    api.post(f"/api/v1/namespaces/{namespace}/pods", json=pod).raise_for_status()
+    client = admin(plane, tmp_path / "kubeconfig")
+    with pytest.raises(KubeRefused) as refused:
+        client.write_status(POD, namespace, "p", lambda obj: {**obj["status"], "message": "x" * padding})
+    assert refused.value.status == 413
+    assert refusal in str(refused.value)
+    stored = client.get(POD, namespace, "p")
+    assert stored is not None and "message" not in (stored.get("status") or {})
+
+
+def test_a_function_account_is_refused_what_its_role_does_not_grant(
+    plane: ControlPlane, namespace: str, tmp_path: Path
+) -> None:
+    """The product's client with a TokenRequest token of resync's ServiceAccount: its lists
+    are served, a list of Models (granted `get` only) is a permanent 403 refusal."""
+    token = plane.service_account_token("loraflow", "loraflow-resync")
+    resync = Kube(connect(str(plane.write_kubeconfig(tmp_path / "kubeconfig", token))))
+    assert resync.list_all(VLLM_ADAPTER, namespace) == []
+    with pytest.raises(KubeRefused) as refused:
+        resync.list_all(MODEL, namespace)
+    assert refused.value.status == 403
+    assert "loraflow-resync" in str(refused.value) and "cannot list resource" in str(refused.value)
+
+
+def test_keepalive_tls_checks_the_name_asked_for(plane: ControlPlane) -> None:
+    """The certificate is checked against `server_name` (a kubeconfig's tls-server-name) when
+    given, else against the host of the URL."""
+    assert plane.tls is not None
+    context = ssl.create_default_context(cadata=plane.tls.ca_pem.decode())
+    headers = {"Authorization": f"Bearer {plane.admin_token}"}
+    by_host = KeepAlive(plane.url.replace("127.0.0.1", "localhost"), context)
+    assert by_host.request("GET", "/api/v1/namespaces", headers, None).status == 200
+    by_name = KeepAlive(plane.url, context, server_name="localhost")
+    assert by_name.request("GET", "/api/v1/namespaces", headers, None).status == 200
+    wrong = KeepAlive(plane.url, context, server_name="api.elsewhere.example")
+    with pytest.raises(httpx.TransportError, match="certificate"):
+        wrong.request("GET", "/api/v1/namespaces", headers, None)
+
+
+def kubeconfig_with(plane: ControlPlane, path: Path, **cluster: Any) -> Path:
+    """The admin kubeconfig with its cluster entry changed (a None value removes the key)."""
+    config = plane.kubeconfig()
+    entry = config["clusters"][0]["cluster"]
+    entry.update(cluster)
+    config["clusters"][0]["cluster"] = {k: v for k, v in entry.items() if v is not None}
+    path.write_text(json.dumps(config))
+    return path
+
+
+def test_the_devstack_kubeconfig_works_as_written(
+    plane: ControlPlane, namespace: str, tmp_path: Path
+) -> None:
+    """certificate-authority-data and a bearer token, as `make serve` writes them."""
+    client = admin(plane, tmp_path / "kubeconfig")
+    assert client.get(POD, namespace, "absent") is None
+    assert client.list_all(POD, namespace) == []
+
+
+def test_a_kubeconfigs_tls_server_name_is_the_name_checked(
+    plane: ControlPlane, namespace: str, tmp_path: Path
+) -> None:
+    named = kubeconfig_with(plane, tmp_path / "named", **{"tls-server-name": "localhost"})
+    assert Kube(connect(str(named))).list_all(POD, namespace) == []
+    elsewhere = kubeconfig_with(plane, tmp_path / "elsewhere", **{"tls-server-name": "api.elsewhere.example"})
+    with pytest.raises(KubeUnavailable, match="CERTIFICATE_VERIFY_FAILED"):
+        Kube(connect(str(elsewhere))).list_all(POD, namespace)
+
+
+def test_the_functions_client_verifies_the_servers_ca(plane: ControlPlane, tmp_path: Path) -> None:
+    """A server whose certificate another CA signed is refused: the CA data is used, not
+    skipped (and neither is the system's bundle enough)."""
+    other = issue(tmp_path / "other-pki")
+    foreign = kubeconfig_with(
+        plane, tmp_path / "foreign", **{"certificate-authority-data": base64.b64encode(other.ca_pem).decode()}
+    )
+    with pytest.raises(KubeUnavailable, match="CERTIFICATE_VERIFY_FAILED"):
+        Kube(connect(str(foreign))).get(POD, "default", "absent")
+    system_only = kubeconfig_with(plane, tmp_path / "system", **{"certificate-authority-data": None})
+    with pytest.raises(KubeUnavailable, match="CERTIFICATE_VERIFY_FAILED"):
+        Kube(connect(str(system_only))).get(POD, "default", "absent")
