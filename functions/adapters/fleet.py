@@ -480,7 +480,8 @@ def execute(deps: Deps, observed: Observed, desire: Desire | None = None) -> Exe
         else:
             blind.add(where)
     if blind:
-        again = [pod for pod in pods if (pod.target, pod.name) in blind and pod.listing is None]
+        # listed before: the name arrived since (another writer), so that listing is stale too
+        again = [pod for pod in pods if (pod.target, pod.name) in blind]
         pipeline(again, lambda pod: per_pod(pod, fetch=True), width)
     world = _set_listings(world, {**confirmed, **listed})
     after = serving.apply(world, outcomes)

@@ -1,0 +1,76 @@
+"""Engines at capacity over real HTTP: an InferenceService started with `--max-loaded-loras`
+(its `spec.engineArgs`, which the workload passes to every replica) is served within it.
+
+The replicas are the SGLang stand-in's LRU release: a load past its capacity would evict an
+adapter and drop it from `/v1/models`; the planner must never make one."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import httpx
+
+from functions.resources.kinds import INFERENCE_SERVICE, SGLANG_ADAPTER
+from tests.support import invariant
+from tests.support.builders import admit, isvc_pods, sglang_adapter, sglang_admitted, sglang_files
+from tests.support.testbed import Testbed
+
+ARGS = ["--enable-lora", "--max-loaded-loras", "2", "--max-loras-per-batch", "2"]
+
+
+def loaded(world: Testbed, ns: str, name: str) -> dict[str, Any]:
+    obj = world.get(SGLANG_ADAPTER, ns, name)
+    assert obj is not None
+    return next(c for c in obj["status"]["conditions"] if c["type"] == "Loaded")
+
+
+def test_an_inference_service_at_capacity_is_served_within_it_and_never_thrashes(world: Testbed) -> None:
+    ns = world.namespace()
+    world.create(
+        INFERENCE_SERVICE,
+        ns,
+        {
+            "metadata": {"name": "isvc"},
+            "spec": {"runtime": "sglang", "model": "base", "replicas": 2, "engineArgs": ARGS},
+        },
+    )
+    world.workload.sync()
+    pods = isvc_pods(world, ns)
+    replicas = [world.workload.replica(ns, p) for p in pods]
+    names = ["s1", "s2", "s3"]
+    for name in names:  # created in this order: s1 is the oldest
+        admit(world, sglang_adapter(world, ns, name, name, sglang_files(world, ns, name)))
+    for name in names:
+        world.post("load", sglang_admitted(world, ns, name))
+    for replica in replicas:
+        info = httpx.get(replica.url + "/server_info").json()
+        assert info["max_loaded_loras"] == 2
+        assert sorted(replica.loaded) == ["s1", "s2"]
+        assert replica.evictions == 0
+    assert [loaded(world, ns, n)["status"] for n in names] == ["True", "True", "False"]
+    left_out = loaded(world, ns, "s3")
+    assert (
+        left_out["reason"] == "EngineCapacityExceeded"
+        and "at most 2 adapter(s) (engine)" in left_out["message"]
+    )
+
+    # steady state: every adapter nudged again makes no engine load
+    loads = sum(len(r.load_log) for r in replicas)
+    for name in names:
+        world.post("load", sglang_admitted(world, ns, name))
+    assert sum(len(r.load_log) for r in replicas) == loads
+
+    # traffic naming the left-out adapter is refused by the engine, the others serve their weights
+    answer = httpx.post(replicas[0].url + "/v1/completions", json={"model": "s1", "prompt": "x"}).json()
+    assert answer["served_by"]["lora_path"].endswith("/s1") and answer["served_by"]["md5s"]
+    assert (
+        httpx.post(replicas[0].url + "/v1/completions", json={"model": "s3", "prompt": "x"}).status_code
+        == 400
+    )
+
+    violations = [
+        v
+        for v in invariant.check(world, [ns])
+        if v.rule in ("over-capacity", "evicted", "load-evict-loop", "missing")
+    ]
+    assert violations == [], invariant.report(violations)
