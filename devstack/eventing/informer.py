@@ -86,12 +86,14 @@ class Informer:
         label_selector: str = "",
         name: str = "informer",
         timeout_s: float = 10.0,
+        window_s: int = WATCH_WINDOW_S,
     ) -> None:
         self.path = path
         self.name = name
         self._on_event = on_event
         self._on_replace = on_replace
         self._params = {"labelSelector": label_selector} if label_selector else {}
+        self.window_s = window_s
         self._http = connection.client(timeout_s)
         self._stop = threading.Event()
         self._response: httpx.Response | None = None
@@ -184,7 +186,7 @@ class Informer:
             "watch": "true",
             "resourceVersion": self.resource_version,
             "allowWatchBookmarks": "true",
-            "timeoutSeconds": str(WATCH_WINDOW_S),
+            "timeoutSeconds": str(self.window_s),
         }
         request = self._http.build_request("GET", self.path, params=params)
         response = self._http.send(request, stream=True)
