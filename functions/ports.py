@@ -87,8 +87,12 @@ class StoragePort(Protocol):
         """The content of a small file; None when missing or larger than `max_bytes`."""
         ...
 
-    def copy_file(self, source: str, target: str, size: int) -> bool:
-        """Server-side copy, `target` replaced; False when the source is gone or not `size` long."""
+    copy_checks_md5: bool
+    """True when `copy_file` stores the copy only if its bytes hash to `md5`."""
+
+    def copy_file(self, source: str, target: str, size: int, md5: str) -> bool:
+        """Copy, `target` replaced; False when the source is gone, not `size` long, or (when
+        `copy_checks_md5`) not `md5`."""
         ...
 
     def delete_tree(self, directory: str) -> None:

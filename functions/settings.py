@@ -41,6 +41,8 @@ class Settings(BaseModel):
     s3_buckets_dir: str = "/buckets"
     """The filer folder that holds the S3 gateway's buckets (filer.toml `buckets_folder`)."""
     hash_max_bytes: int = Field(default=1 << 30, ge=0)
+    frozen_grace: float = Field(default=600.0, ge=0)
+    """Seconds a retired frozen file set is kept after no pod serves it, before it is deleted."""
     mount_root: str = "/mnt/seaweedfs"
     load_concurrency: int = Field(default=10, ge=1, le=1000)
     list_page_size: int = Field(default=500, ge=1, le=10000)

@@ -18,7 +18,7 @@ Outcomes: 200 + ready/failed; 204 verdict unchanged / sglang adapter / adapter g
 from __future__ import annotations
 
 from collections.abc import Mapping
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from cloudevents.http import CloudEvent
@@ -35,9 +35,11 @@ from events.domain import (
 from functions.edge import messages, shell
 from functions.edge.bootstrap import Deps
 from functions.edge.inputs import adapter_ref, stored
+from functions.freeze import Refusal, collect, freeze
 from functions.logic import conditions, facts, integrity, phase, reasons
+from functions.logic import frozen as logic_frozen
 from functions.resources.kinds import VLLM_ADAPTER
-from functions.resources.rackai import LoRAAdapter, LoRAAdapterStatus
+from functions.resources.rackai import FrozenSet, LoRAAdapter, LoRAAdapterStatus
 
 NAME = "verify"
 ACCEPTS = (ADAPTER_STAT_COMPLETED, ADAPTER_ADMITTED)
@@ -54,11 +56,34 @@ def declared(adapter: LoRAAdapter) -> dict[str, str]:
     return adapter.declared_md5s()
 
 
-def decide(adapter: LoRAAdapter, hashed: Mapping[str, str | None], now: datetime) -> LoRAAdapterStatus:
-    """The whole status with the integrity verdict; `hashed` holds MD5s computed by streaming."""
+def verdict_for(adapter: LoRAAdapter, hashed: Mapping[str, str | None]) -> integrity.Verdict:
+    return integrity.compare(declared(adapter), observed_files(adapter), hashed)
+
+
+def decide(
+    adapter: LoRAAdapter,
+    hashed: Mapping[str, str | None],
+    now: datetime,
+    frozen: FrozenSet | Refusal | None = None,
+    records: list[FrozenSet] | None = None,
+) -> LoRAAdapterStatus:
+    """The whole status with the integrity verdict; `hashed` holds MD5s computed by streaming.
+
+    `frozen` is the frozen copy of the verified set (or why it could not be made): a verified
+    set is Ready only once frozen, and then it is the current record of `status.frozen`, the
+    others retired. `records` are the frozen records to start from (status.frozen, less what
+    was just deleted); a failed verdict retires them all.
+    """
     status = adapter.status or LoRAAdapterStatus()
     observed = observed_files(adapter)
     verdict = integrity.compare(declared(adapter), observed, hashed)
+    if verdict.status == "True" and isinstance(frozen, Refusal):
+        verdict = integrity.Verdict("False", frozen.reason, frozen.message, True)
+    kept = status.frozen if records is None else records
+    if verdict.status == "True" and isinstance(frozen, FrozenSet):
+        kept = logic_frozen.with_current(kept, frozen, now)
+    elif verdict.status != "True":
+        kept = logic_frozen.with_current(kept, None, now)  # nothing verified: no pod keeps it
     conds = status.conditions
     current = conditions.find(conds, phase.READY)
     if current is None or current.reason not in phase.ADMIT_FAILURES:
@@ -100,11 +125,46 @@ def decide(adapter: LoRAAdapter, hashed: Mapping[str, str | None], now: datetime
         update={
             "conditions": conds,
             "file_set": file_set,
+            "frozen": kept or None,
             "upload_complete": verdict.upload_complete,
             "phase": phase_,
             "ready": ready,
         }
     )
+
+
+def frozen_for(
+    deps: Deps,
+    adapter: LoRAAdapter,
+    upload_dir: str,
+    observed: Mapping[str, integrity.Observed],
+    made: dict[str, FrozenSet | Refusal],
+    now: datetime,
+) -> FrozenSet | Refusal:
+    """The frozen copy of the adapter's declared set: the status's record, else one made now
+    (once per invocation: a 409 re-read does not copy again)."""
+    wanted = declared(adapter)
+    file_set = facts.file_set(wanted)
+    status = adapter.status or LoRAAdapterStatus()
+    recorded = logic_frozen.current(status.frozen, file_set)
+    if recorded is not None:
+        return recorded
+    if file_set not in made:
+        meta = adapter.metadata
+        sizes = {p: int(observed[p].size or 0) for p in wanted}
+        made[file_set] = freeze(
+            deps.storage,
+            meta.namespace or "",
+            adapter.spec.model,
+            meta.name or "",
+            upload_dir,
+            wanted,
+            sizes,
+            file_set,
+            deps.settings.hash_max_bytes,
+            now,
+        )
+    return made[file_set]
 
 
 def verdict_of(status: Obj | None) -> tuple[str, str] | None:
@@ -128,6 +188,7 @@ def handle(event: CloudEvent, deps: Deps) -> CloudEvent | None:
     now = deps.clock()
     limit = deps.settings.hash_max_bytes
     hashes: dict[tuple[str, int | None, str | None], str | None] = {}
+    frozen_now: dict[str, FrozenSet | Refusal] = {}
     seen: dict[str, Obj] = {}
 
     def desired(current: Obj) -> Obj | None:
@@ -143,7 +204,14 @@ def handle(event: CloudEvent, deps: Deps) -> CloudEvent | None:
             if key not in hashes:
                 hashes[key] = deps.storage.hash_file(path, limit) if limit > 0 else None
             hashed[path] = hashes[key]
-        return decide(adapter, hashed, now).to_wire()
+        made: FrozenSet | Refusal | None = None
+        if verdict_for(adapter, hashed).status == "True":
+            made = frozen_for(deps, adapter, facts.storage_dir(current) or "", observed, frozen_now, now)
+        status = adapter.status or LoRAAdapterStatus()
+        served = {r.pod: r.file_set for r in status.served or []}
+        grace = timedelta(seconds=deps.settings.frozen_grace)
+        records = collect(deps.storage, list(status.frozen or []), served, now, grace)
+        return decide(adapter, hashed, now, made, records).to_wire()
 
     # from the object just read: its resourceVersion guards the write (a 409 re-reads), so a
     # second GET of the whole object (its status lists up to 1,000 files) buys nothing

@@ -16,7 +16,15 @@ from typing import Any
 from functions.errors import Reject
 from functions.logic import reasons
 from functions.logic.adapter_config import CONFIG_FILE, ConfigVerdict
-from functions.logic.paths import STORAGE_ROOT, adapter_dir, engine_path, is_label, is_subdomain, is_under
+from functions.logic.paths import (
+    FROZEN_ROOT,
+    STORAGE_ROOT,
+    adapter_dir,
+    engine_path,
+    is_label,
+    is_subdomain,
+    is_under,
+)
 from functions.logic.serving import Adapter, AdapterKey, Serve, Target, TargetKey
 
 Obj = Mapping[str, Any]
@@ -127,19 +135,42 @@ def _storage_dir(
 
 
 def config_path(obj: Obj) -> str | None:
-    """Where a vllm adapter's adapter_config.json is in storage."""
-    directory = storage_dir(obj)
+    """Where the adapter_config.json the engines will read is in storage: in the frozen copy of
+    the served set when there is one, else in the upload directory."""
+    directory = served_dir(obj) or storage_dir(obj)
     return posixpath.join(directory, CONFIG_FILE) if directory else None
 
 
 def config_md5(obj: Obj) -> str | None:
-    """The MD5 stat observed for the adapter's config (status.integrity.files), if any."""
-    path = config_path(obj)
+    """The MD5 of that config: declared (a frozen copy was checked against it), else the one
+    stat observed (status.integrity.files), if any."""
+    directory = storage_dir(obj)
+    upload = posixpath.join(directory, CONFIG_FILE) if directory else None
+    if served_dir(obj) is not None and upload is not None:
+        declared = declared_md5s(obj).get(upload)
+        return declared.strip().lower() if declared else None
     integrity = status(obj).get("integrity")
     files = integrity.get("files") if isinstance(integrity, Mapping) else None
-    observed = files.get(path) if isinstance(files, Mapping) and path else None
+    observed = files.get(upload) if isinstance(files, Mapping) and upload else None
     md5 = observed.get("md5") if isinstance(observed, Mapping) else None
     return md5 if isinstance(md5, str) and md5 else None
+
+
+def frozen_dir_of(status_: Mapping[str, Any], file_set_: str) -> str | None:
+    """The storage directory of `file_set_`'s frozen copy (status.frozen), when it is frozen and
+    lies in the frozen area."""
+    for item in status_.get("frozen") or ():
+        if (type(item) is dict or isinstance(item, Mapping)) and item.get("fileSet") == file_set_:
+            path = item.get("path")
+            if isinstance(path, str) and is_under(path.rstrip("/"), FROZEN_ROOT):
+                return path
+    return None
+
+
+def served_dir(obj: Obj) -> str | None:
+    """The frozen directory of the file set the pods should serve (serve or hold), if frozen."""
+    serve, fs = vllm_serve(obj)
+    return frozen_dir_of(status(obj), fs) if serve != "drop" and fs else None
 
 
 def vllm_serve(obj: Obj) -> tuple[Serve, str]:
@@ -176,8 +207,12 @@ def vllm_adapter(obj: Obj, mount_root: str, config: ConfigVerdict | None = None)
     deleting_ = bool(m.get("deletionTimestamp"))
     directory = _storage_dir(status_, spec_, namespace, name)
     serve, fs = _vllm_serve(deleting_, spec_, status_)
+    # the frozen copy of the set to serve: what the engines read is then what was verified;
+    # an adapter verified before sets were frozen is served from its upload directory
+    frozen = frozen_dir_of(status_, fs) if serve != "drop" and fs and status_.get("frozen") else None
+    where = frozen or directory
     try:
-        lora_path = engine_path(mount_root, directory) if directory else ""
+        lora_path = engine_path(mount_root, where) if where else ""
     except Reject:  # a storage path that escapes the mount: never a path an engine reads
         lora_path = ""
     if not lora_path:

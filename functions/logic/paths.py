@@ -100,3 +100,43 @@ def adapter_of_path(path: str) -> tuple[str, str, str] | None:
     if not (is_label(namespace) and is_subdomain(model) and is_subdomain(name)):
         return None
     return namespace, model, name
+
+
+_DIGEST = re.compile(r"[0-9a-f]{16,64}")
+FROZEN_ROOT = "/loraflow-frozen"
+"""Where verified file sets are frozen: outside /loraadapters/, so no tenant's upload path, S3
+key of the adapters' bucket or notification under /loraadapters/ ever names a frozen file."""
+
+
+def frozen_dir(namespace: str, model: str, name: str, file_set: str) -> str:
+    """`/loraflow-frozen/{namespace}/{model}/{name}/{digest}/`: the frozen copy of one verified
+    file set, named by its digest (`md5set:<digest>`), trailing slash included."""
+    digest = file_set.removeprefix("md5set:")
+    if not _DIGEST.fullmatch(digest):
+        raise Reject(f"file set {file_set!r} is not a digest")
+    check_label(namespace, "namespace")
+    check_subdomain(model, "model")
+    check_subdomain(name, "adapter name")
+    return f"{FROZEN_ROOT}/{namespace}/{model}/{name}/{digest}/"
+
+
+def frozen_path(upload_dir: str, frozen: str, path: str) -> str | None:
+    """Where the frozen copy of the declared file `path` (under `upload_dir`) lives; None when
+    `path` is not plainly inside `upload_dir` (admit refuses such a declaration)."""
+    base = upload_dir.rstrip("/") + "/"
+    if not is_under(path, base.rstrip("/")) or not path.startswith(base):
+        return None
+    return frozen.rstrip("/") + "/" + path[len(base) :]
+
+
+def frozen_owner(root: str, namespace: str, mount_root: str) -> tuple[str, str] | None:
+    """(model, name) when `root` is `{mount}/loraflow-frozen/{namespace}/{model}/{name}/{digest}`:
+    a frozen set only loraflow loads (its LoRAAdapter may be gone); else None."""
+    home = normal_path(mount_root).rstrip("/") + FROZEN_ROOT + "/" + namespace + "/"
+    normal = normal_path(root) if root.startswith("/") else ""
+    if not normal.startswith(home):
+        return None
+    parts = normal[len(home) :].split("/")
+    if len(parts) != 3 or not all(parts) or not _DIGEST.fullmatch(parts[2]):
+        return None
+    return parts[0], parts[1]

@@ -59,11 +59,27 @@ class ServedRecord(WireModel):
     """Whether the pod's engine keeps the weights resident or reads them again on demand."""
 
 
+class FrozenSet(WireModel):
+    """A verified file set copied where only loraflow writes; the engines load it from `path`."""
+
+    file_set: str
+    path: str
+    """The storage directory of the frozen copy (`/loraflow-frozen/{ns}/{model}/{name}/{digest}/`)."""
+    size: int
+    """Bytes it takes in storage."""
+    frozen_at: str
+    retired_at: str | None = None
+    """When it stopped being the verified set: it is deleted once no pod serves it and the
+    grace period (LORAFLOW_FROZEN_GRACE) has passed."""
+
+
 class LoRAAdapterStatus(WireModel):
     conditions: list[Condition] | None = None
     file_set: str | None = None
     """The file set verify last accepted (a digest of the declared path -> MD5 pairs)."""
     files: list[FileInfo] | None = None
+    frozen: list[FrozenSet] | None = None
+    """The frozen copies of verified file sets: the current one, then retired ones not yet deleted."""
     integrity: IntegrityStatus | None = None
     observed_generation: int | None = None
     phase: Phase | None = None

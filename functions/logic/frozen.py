@@ -1,0 +1,93 @@
+"""Frozen file sets (pure): where a verified set is copied, which records a status keeps, and
+which retired copies may be deleted.
+
+Once verify accepts a file set it is copied to `/loraflow-frozen/{ns}/{model}/{name}/{digest}/`
+(`paths.frozen_dir`), which only loraflow writes, and the engines load from there: what they
+read later (vLLM after an eviction, a restarted pod) is then the set that was verified, whatever
+happens to the upload directory. A record per frozen set lives in `status.frozen`: the current
+one, then retired ones until no pod serves them and `grace` has passed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from datetime import datetime, timedelta
+from typing import NamedTuple
+
+from functions.errors import Reject
+from functions.logic.paths import frozen_dir, frozen_path
+from functions.resources.rackai import FrozenSet
+
+TIME_FORMAT = "%Y-%m-%dT%H:%M:%SZ"
+
+
+class Copy(NamedTuple):
+    source: str
+    target: str
+    md5: str
+
+
+class Plan(NamedTuple):
+    directory: str
+    copies: tuple[Copy, ...]
+
+
+def plan(
+    namespace: str, model: str, name: str, upload_dir: str, declared: Mapping[str, str], file_set: str
+) -> Plan:
+    """The copies that freeze `declared` (path -> MD5) as `file_set`; Reject for a declared path
+    outside the upload directory or names that cannot make a path (admit refuses both)."""
+    directory = frozen_dir(namespace, model, name, file_set)
+    copies: list[Copy] = []
+    for path, md5 in sorted(declared.items()):
+        target = frozen_path(upload_dir, directory, path)
+        if target is None:
+            raise Reject(f"declared file {path!r} is not under {upload_dir!r}")
+        copies.append(Copy(path, target, md5.strip().lower()))
+    return Plan(directory, tuple(copies))
+
+
+def stamp(now: datetime) -> str:
+    return now.strftime(TIME_FORMAT)
+
+
+def current(records: Sequence[FrozenSet] | None, file_set: str | None) -> FrozenSet | None:
+    """The record of `file_set` when it is frozen and not retired."""
+    return next((r for r in records or () if r.file_set == file_set and r.retired_at is None), None)
+
+
+def with_current(
+    records: Sequence[FrozenSet] | None, record: FrozenSet | None, now: datetime
+) -> list[FrozenSet]:
+    """The records once `record` is the verified set: every other one retired (from now, unless
+    it already was), `record` first; None retires them all (nothing is verified)."""
+    out = [record] if record is not None else []
+    for other in records or ():
+        if record is not None and other.file_set == record.file_set:
+            continue
+        out.append(other if other.retired_at else other.model_copy(update={"retired_at": stamp(now)}))
+    return out
+
+
+def collectable(
+    records: Iterable[FrozenSet], served: Mapping[str, str], now: datetime, grace: timedelta
+) -> list[FrozenSet]:
+    """Retired records whose copy may be deleted: no pod is recorded serving their file set, and
+    `grace` has passed since they were retired (a pod loading it when they retired has long
+    reported it by then, and status.served names it)."""
+    serving = set(served.values())
+    found: list[FrozenSet] = []
+    for record in records:
+        if record.retired_at is None or record.file_set in serving:
+            continue
+        try:
+            retired = datetime.strptime(record.retired_at, TIME_FORMAT).replace(tzinfo=now.tzinfo)
+        except ValueError:
+            continue  # a hand-edited time: kept, never deleted on a guess
+        if now - retired >= grace:
+            found.append(record)
+    return found
+
+
+def total_bytes(records: Iterable[FrozenSet]) -> int:
+    return sum(r.size for r in records)
