@@ -44,7 +44,7 @@ from typing import Literal, NamedTuple
 from functions.logic import reasons
 from functions.logic.adapter_config import ConfigVerdict
 from functions.logic.capacity import Capacity
-from functions.logic.paths import STORAGE_ROOT, normal_path
+from functions.logic.paths import STORAGE_ROOT, frozen_owner, normal_path
 
 AdapterKind = Literal["vllm", "sglang"]
 TargetKind = Literal["ModelDeployment", "InferenceService"]
@@ -260,12 +260,13 @@ def confined(path: str, roots: Sequence[str]) -> bool:
 
 
 def vllm_layout_owner(root: str, namespace: str, mount_root: str) -> tuple[str, str] | None:
-    """(model, name) when `root` is `{mount}/loraadapters/{namespace}/{model}/{name}`: a copy
-    only loraflow loads (even when its LoRAAdapter is gone); else None (a static adapter)."""
+    """(model, name) when `root` is `{mount}/loraadapters/{namespace}/{model}/{name}` or a frozen
+    set of it (`paths.frozen_owner`): a copy only loraflow loads (even when its LoRAAdapter is
+    gone); else None (a static adapter)."""
     home = _layout_home(mount_root, namespace)
     normal = normal_path(root) if root.startswith("/") else ""
     if not normal.startswith(home + "/"):
-        return None
+        return frozen_owner(normal, namespace, mount_root)
     parts = normal[len(home) + 1 :].split("/")
     return (parts[0], parts[1]) if len(parts) == 2 and all(parts) else None
 
