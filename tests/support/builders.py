@@ -133,6 +133,13 @@ def expected_status(directory: str, weights: bytes = WEIGHTS) -> dict[str, Any]:
             }
         ],
         "fileSet": file_set({config_path: md5(CONFIG), weights_path: md5(weights)}),
+        "frozen": [
+            {
+                "fileSet": file_set({config_path: md5(CONFIG), weights_path: md5(weights)}),
+                "path": frozen_dir_of(directory, {config_path: md5(CONFIG), weights_path: md5(weights)}),
+                "size": len(CONFIG) + len(weights),
+            }
+        ],
         "files": [{"path": config_path, "size": len(CONFIG)}, {"path": weights_path, "size": len(weights)}],
         "integrity": {
             "files": {
@@ -155,7 +162,15 @@ def status_of(world: Testbed, ns: str, name: str = "a") -> dict[str, Any]:
     status: dict[str, Any] = json.loads(json.dumps(stored["status"]))
     for cond in status.get("conditions") or []:
         assert cond.pop("lastTransitionTime")
+    for record in status.get("frozen") or []:
+        assert record.pop("frozenAt")
     return status
+
+
+def frozen_dir_of(directory: str, md5s: dict[str, str]) -> str:
+    """Where verify freezes the set `md5s` of the adapter whose upload directory is `directory`."""
+    _, _, namespace, model, name = directory.rstrip("/").split("/")
+    return f"/loraflow-frozen/{namespace}/{model}/{name}/{file_set(md5s).removeprefix('md5set:')}/"
 
 
 # -- vllm serving: Ready adapters, ModelDeployments, load ----------------------------------------
