@@ -85,3 +85,33 @@ class EventSink:
                     break
                 self._lock.wait(remaining)
             return [e for e in self.events if e["type"] == type_]
+
+
+def main(argv: list[str] | None = None) -> None:
+    """`python -m devstack.eventing.sink --port 8099`: a subscriber for a Trigger of your own,
+    printing one line per event it takes (time, type, subject, id)."""
+    import argparse
+    import sys
+
+    parser = argparse.ArgumentParser(description=main.__doc__)
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=8099)
+    options = parser.parse_args(argv)
+    sink = EventSink(options.host, options.port)
+
+    def show(event: CloudEvent) -> bool:
+        print(event.get("time") or "-", event["type"], event.get("subject") or "-", event["id"], flush=True)
+        return True  # printed, not kept: a long-running receiver holds nothing
+
+    sink.on_event = show
+    print(f"receiving on {sink.url}", file=sys.stderr, flush=True)
+    try:
+        sink._server.serve_forever()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        sink._server.server_close()
+
+
+if __name__ == "__main__":
+    main()
