@@ -1,0 +1,200 @@
+"""16. Freezing a verified file set: the ways the real SeaweedFS can copy it, for time and bytes.
+
+A verified adapter's files are copied to a content-addressed directory that only loraflow
+writes, and the engines load from there. One adapter file of 100 MiB and one of 1 GiB,
+uploaded through the S3 gateway (multipart, so storage keeps no MD5 for it, the harder case),
+are frozen by each mechanism the real SeaweedFS 4.48 offers:
+
+- `filer cp.from`: the filer's server-side copy (`POST <dst>?cp.from=<src>`): it copies the
+  chunks volume to volume, with preconditions on the source (`copy.srcSize` ...);
+- `s3 CopyObject`: the S3 gateway's server-side copy into another key;
+- `through the filer (Content-MD5)`: what loraflow does (`FilerStorage.copy_file`): GET the
+  bytes and PUT them back with `Content-MD5` (the client moves every byte twice; the filer
+  checks the digest as it stores them, so no second read checks the copy);
+- `filer mv.from`: a rename (metadata only): it takes the file away from the tenant's
+  directory, so it cannot freeze a copy; measured as the floor.
+
+For each: wall time, bytes through the client, bytes the volume servers grew by, and the
+streamed MD5 of the copy (what loraflow checks before the first load). A hard link has no
+HTTP or S3 call (only `weed mount` and gRPC CreateEntry with a HardLinkId make one).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import secrets
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import boto3
+import httpx
+
+from bench.common import Result
+from devstack.seaweedfs import shared
+from functions.adapters.storage import FilerStorage, quote_path
+
+
+def _volume_bytes(data: Path) -> int:
+    return sum(p.stat().st_size for p in data.rglob("*.dat"))
+
+
+def _ok(response: httpx.Response) -> None:
+    if response.is_error:
+        raise RuntimeError(
+            f"{response.request.method} {response.request.url}: {response.status_code} {response.text}"
+        )
+
+
+def _checked(copied: bool) -> None:
+    if not copied:
+        raise RuntimeError("the filer refused the copy")
+
+
+def _timed(action: Callable[[], Any]) -> float:
+    started = time.perf_counter()
+    action()
+    return time.perf_counter() - started
+
+
+def _measure(size: int, filer: str, s3: Any, bucket: str, data: Path) -> dict[str, dict[str, Any]]:
+    client = httpx.Client(base_url=filer, timeout=600)
+    storage = FilerStorage(filer, page_size=1000)
+    tag = secrets.token_hex(3)
+    key = f"loraadapters/bench-{tag}/m/a/adapter_model.safetensors"
+    source = f"/buckets/{bucket}/{key}"
+    block = os.urandom(1 << 20)
+    digest = hashlib.md5(usedforsecurity=False)
+    for _ in range(size >> 20):
+        digest.update(block)
+    expected = digest.hexdigest()
+
+    def body() -> Any:
+        for _ in range(size >> 20):
+            yield block
+
+    config = boto3.s3.transfer.TransferConfig(multipart_threshold=8 << 20, multipart_chunksize=8 << 20)
+    s3.upload_fileobj(_Reader(body()), bucket, key, Config=config)
+    figures: dict[str, dict[str, Any]] = {}
+
+    def record(name: str, action: Callable[[], Any], client_bytes: int, copy_path: str | None) -> None:
+        before = _volume_bytes(data)
+        started = time.perf_counter()
+        try:
+            action()
+        except Exception as err:  # a mechanism that fails is a figure too: how long, and why
+            figures[name] = {
+                "failed_after_seconds": round(time.perf_counter() - started, 3),
+                "error": str(err)[:300],
+            }
+            return
+        seconds = time.perf_counter() - started
+        time.sleep(0.5)  # the volume files are appended to asynchronously
+        grown = _volume_bytes(data) - before
+        entry: dict[str, Any] = {
+            "seconds": round(seconds, 3),
+            "client_mib": round(client_bytes / (1 << 20), 1),
+            "stored_mib": round(grown / (1 << 20), 1),
+        }
+        if copy_path is not None:
+            hash_s = _timed(lambda: storage.hash_file(copy_path, 1 << 40))
+            assert storage.hash_file(copy_path, 1 << 40) == expected, name
+            entry["md5_check_seconds"] = round(hash_s, 3)
+        figures[name] = entry
+
+    frozen = f"/loraflow-frozen/bench-{tag}"
+    record(
+        "filer cp.from",
+        lambda: _ok(
+            client.post(
+                quote_path(frozen + "/cp/adapter_model.safetensors"),
+                params={"cp.from": source, "copy.srcSize": str(size)},
+            )
+        ),
+        0,
+        frozen + "/cp/adapter_model.safetensors",
+    )
+    copy_key = f"loraflow-frozen/bench-{tag}/s3/adapter_model.safetensors"
+    record(
+        "s3 CopyObject",
+        lambda: s3.copy_object(Bucket=bucket, Key=copy_key, CopySource={"Bucket": bucket, "Key": key}),
+        0,
+        f"/buckets/{bucket}/{copy_key}",
+    )
+
+    through = frozen + "/through/adapter_model.safetensors"
+    record(
+        "through the filer (Content-MD5)",
+        lambda: _checked(storage.copy_file(source, through, size, expected)),
+        2 * size,
+        None,
+    )
+    figures["through the filer (Content-MD5)"]["md5_check_seconds"] = 0.0  # the filer checked it
+    assert storage.hash_file(through, 1 << 40) == expected
+    moved = f"/buckets/{bucket}/{key}.moved"
+    record(
+        "filer mv.from",
+        lambda: client.post(quote_path(moved), params={"mv.from": source}).raise_for_status(),
+        0,
+        None,
+    )
+    client.delete(quote_path(frozen), params={"recursive": "true"})
+    client.delete(quote_path(f"/buckets/{bucket}/loraadapters/bench-{tag}"), params={"recursive": "true"})
+    client.delete(quote_path(f"/buckets/{bucket}/loraflow-frozen"), params={"recursive": "true"})
+    client.close()
+    return figures
+
+
+class _Reader:
+    """A file-like view of a byte-block generator (boto3's upload_fileobj reads from it)."""
+
+    def __init__(self, blocks: Any) -> None:
+        self._blocks = blocks
+        self._rest = b""
+
+    def read(self, n: int = -1) -> bytes:
+        out = bytearray(self._rest)
+        while n < 0 or len(out) < n:
+            block = next(self._blocks, None)
+            if block is None:
+                break
+            out += block
+        if n >= 0:
+            self._rest = bytes(out[n:])
+            return bytes(out[:n])
+        self._rest = b""
+        return bytes(out)
+
+
+def run(smoke: bool) -> Result:
+    server = shared().server
+    s3 = boto3.client(
+        "s3",
+        endpoint_url=server.s3_url,
+        region_name="us-east-1",
+        aws_access_key_id="any",
+        aws_secret_access_key="any",
+    )
+    bucket = f"freeze-{secrets.token_hex(3)}"
+    s3.create_bucket(Bucket=bucket)
+    sizes = [8 << 20] if smoke else [100 << 20, 1 << 30]
+    data = server.dir / "data"
+    results = {f"{size >> 20} MiB": _measure(size, server.url, s3, bucket, data) for size in sizes}
+    largest = results[f"{sizes[-1] >> 20} MiB"]
+    chosen, s3_copy = largest["through the filer (Content-MD5)"], largest["s3 CopyObject"]
+    reference = s3_copy.get("seconds", 0.0) + s3_copy.get("md5_check_seconds", 0.0)
+    ratio = chosen["seconds"] / reference if reference else None
+    return Result(
+        name="freeze",
+        title=f"Freeze a {sizes[-1] >> 20} MiB adapter file and check it (filer: copy with Content-MD5)",
+        value=round(chosen["seconds"], 2),
+        unit="s",
+        reference=round(reference, 2),
+        ratio=round(ratio, 3) if ratio is not None else None,
+        target="<= 1.5x S3 CopyObject + hashing the copy",
+        met=ratio is not None and ratio <= 1.5,
+        details=results,
+        note="reference: S3 CopyObject then a streamed MD5 of the copy (the S3 backend's way)",
+    )
