@@ -7,6 +7,7 @@ from __future__ import annotations
 import base64
 import json
 import ssl
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -120,3 +121,45 @@ def test_the_functions_client_verifies_the_servers_ca(plane: ControlPlane, tmp_p
     system_only = kubeconfig_with(plane, tmp_path / "system", **{"certificate-authority-data": None})
     with pytest.raises(KubeUnavailable, match="CERTIFICATE_VERIFY_FAILED"):
         Kube(connect(str(system_only))).get(POD, "default", "absent")
+
+
+def test_lists_page_through_continue_tokens_and_select_by_label(
+    plane: ControlPlane, api: httpx.Client, namespace: str, tmp_path: Path
+) -> None:
+    for index in range(5):
+        body = {
+            "apiVersion": VLLM_ADAPTER.api_version,
+            "kind": "LoRAAdapter",
+            "metadata": {"name": f"a{index}", "labels": {"team": "a" if index % 2 else "b"}},
+            "spec": {"model": "m"},
+        }
+        api.post(f"/apis/rackai.rackspace.com/v1alpha1/namespaces/{namespace}/loraadapters", json=body)
+    client = admin(plane, tmp_path / "kubeconfig")
+    paged = client.list_all(VLLM_ADAPTER, namespace, page_size=2)
+    assert [o["metadata"]["name"] for o in paged] == ["a0", "a1", "a2", "a3", "a4"]
+    selected = client.list_all(VLLM_ADAPTER, namespace, "team=a", page_size=1)
+    assert [o["metadata"]["name"] for o in selected] == ["a1", "a3"]
+
+
+def test_a_recorded_event_is_admitted_and_recorded_once_per_window(
+    plane: ControlPlane, api: httpx.Client, namespace: str, tmp_path: Path
+) -> None:
+    """The product's core/v1 Event as the real server validates it; the same failure met again
+    in the window is the same Event (its name), not a second one."""
+    body = {
+        "apiVersion": VLLM_ADAPTER.api_version,
+        "kind": "LoRAAdapter",
+        "metadata": {"name": "e"},
+        "spec": {"model": "m"},
+    }
+    adapter = api.post(
+        f"/apis/rackai.rackspace.com/v1alpha1/namespaces/{namespace}/loraadapters", json=body
+    ).json()
+    client = admin(plane, tmp_path / "kubeconfig")
+    now = datetime.now(UTC)
+    for _ in range(2):
+        client.record_event(adapter, "Warning", "ModelNotFound", "no Model m", "admit", now)
+    (event,) = api.get(f"/api/v1/namespaces/{namespace}/events").json()["items"]
+    assert (event["type"], event["reason"], event["message"]) == ("Warning", "ModelNotFound", "no Model m")
+    assert event["involvedObject"]["uid"] == adapter["metadata"]["uid"]
+    assert event["source"] == {"component": "loraflow-admit"}
