@@ -1,4 +1,9 @@
-"""A local Knative Broker: HTTP ingress, routing by the real Trigger manifests, delivery.
+"""A local Knative Broker: HTTP ingress, routing by Triggers, delivery.
+
+Its Triggers are set at start (`Broker(triggers)`, manifests) and replaced at any time by
+`set_triggers`: the embedded stack's TriggerWatch (triggerwatch.py) keeps them equal to the
+Trigger objects in the API server, as the MT broker's filter keeps its Trigger informer; a
+retry is delivered by the Trigger's current spec, and not at all once it is gone.
 
 Each rule mirrors the multi-tenant broker (`pkg/broker/ingress/ingress_handler.go`,
 `pkg/broker/filter/filter_handler.go`, `pkg/kncloudevents/retries.go`):

@@ -20,10 +20,13 @@ from tests.support.cluster import Cluster
 from tests.support.wait import eventually
 
 READY_TYPE = "io.loraflow.adapter.ready.v1"
+ADMITTED_TYPE = "io.loraflow.adapter.admitted.v1"
 
 
 def break_ready_filter(docs: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """A copy of the manifests where the load Trigger listens for a type nobody sends."""
+    """A copy of the manifests where the load Trigger listens for types nobody sends. Its
+    `admitted` goes too: on the real API server, load's answer to `admitted` can finish after
+    verify wrote Ready, and then it loads without any ready event."""
     docs = copy.deepcopy(docs)
     changed = 0
     for doc in docs:
@@ -32,6 +35,7 @@ def break_ready_filter(docs: list[dict[str, Any]]) -> list[dict[str, Any]]:
         text = repr(doc["spec"].get("filters") or doc["spec"].get("filter"))
         if READY_TYPE in text and doc["spec"]["subscriber"]["ref"]["name"] == "loraflow-load":
             doc["spec"] = replace_value(doc["spec"], READY_TYPE, "io.loraflow.adapter.ready.v0")
+            doc["spec"] = replace_value(doc["spec"], ADMITTED_TYPE, "io.loraflow.adapter.admitted.v0")
             changed += 1
     assert changed == 1, "expected exactly one load Trigger on adapter.ready"
     return docs
