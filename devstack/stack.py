@@ -244,7 +244,7 @@ class Stack:
         # applied (and Knative's CRDs first), as a cluster running loraflow has them. The
         # functions reach it through the fault proxy with their ServiceAccounts' tokens.
         self.base.mkdir(parents=True, exist_ok=True)
-        self.control_plane = ControlPlane(self.base / "kube").start()
+        self.control_plane = ControlPlane(self.base / "kube", controllers=True).start()
         self._on_stop(self.control_plane.stop, tier=3)
         prepare(self.control_plane, self.manifests)
         self.kube = Kube(self.control_plane, proxy=self.kube_proxy)

@@ -37,8 +37,17 @@ def documents(paths: Iterable[Path]) -> list[dict[str, Any]]:
 
 
 def knative_crds() -> list[dict[str, Any]]:
-    """Knative Eventing's and Serving's CRDs, as published (devstack/kubernetes/knative-crds)."""
-    return documents(sorted(KNATIVE_CRDS.glob("*.yaml")))
+    """Knative Eventing's and Serving's CRDs as published (devstack/kubernetes/knative-crds),
+    but for their conversion: Knative's webhook, which converts between their versions, does not
+    run here, and a CRD whose webhook cannot be reached fails every read in another version than
+    the stored one (the namespace controller's among them, so no namespace could be deleted).
+    Without it the server only relabels the version (strategy None); the stack stores each kind
+    at the version knative/ writes."""
+    crds = documents(sorted(KNATIVE_CRDS.glob("*.yaml")))
+    for crd in crds:
+        if (crd.get("spec") or {}).get("conversion", {}).get("strategy") == "Webhook":
+            crd["spec"]["conversion"] = {"strategy": "None"}
+    return crds
 
 
 def prepare(plane: ControlPlane, manifests: Iterable[Mapping[str, Any]]) -> None:

@@ -51,8 +51,14 @@ TOKEN_SECONDS = 24 * 3600
 class ControlPlane:
     """etcd + kube-apiserver in `base_dir` (a temporary one unless given), stopped by `stop()`."""
 
-    def __init__(self, base_dir: Path | None = None, *, host: str = "127.0.0.1") -> None:
+    def __init__(
+        self, base_dir: Path | None = None, *, host: str = "127.0.0.1", controllers: bool = False
+    ) -> None:
+        """`controllers`: also run kube-controller-manager's namespace, garbage-collector and
+        serviceaccount controllers, so that a deleted namespace empties and goes, the Pods of a
+        deleted target go, and each namespace gets its `default` ServiceAccount."""
         self.host = host
+        self.controllers = controllers
         self._owns_dir = base_dir is None
         self.dir = Path(tempfile.mkdtemp(prefix="loraflow-kube-")) if base_dir is None else Path(base_dir)
         etcd_client, etcd_peer, secure = free_ports(3, host)
@@ -63,6 +69,7 @@ class ControlPlane:
         self._bin: Binaries | None = None
         self._etcd: subprocess.Popen[bytes] | None = None
         self._apiserver: subprocess.Popen[bytes] | None = None
+        self._controller_manager: subprocess.Popen[bytes] | None = None
         self._logs: list[IO[bytes]] = []
         self._lock = threading.Lock()
         self.audit = AuditLog(self.dir / "audit.log")
@@ -88,7 +95,12 @@ class ControlPlane:
 
     def pids(self) -> dict[str, int]:
         found = {}
-        for name, process in (("etcd", self._etcd), ("kube-apiserver", self._apiserver)):
+        named = (
+            ("etcd", self._etcd),
+            ("kube-apiserver", self._apiserver),
+            ("kube-controller-manager", self._controller_manager),
+        )
+        for name, process in named:
             if process is not None and process.poll() is None:
                 found[name] = process.pid
         return found
@@ -106,6 +118,8 @@ class ControlPlane:
         try:
             self.start_etcd(timeout)
             self.start_apiserver(timeout)
+            if self.controllers:
+                self.start_controller_manager()
         except BaseException:
             self.stop()
             raise
@@ -119,6 +133,9 @@ class ControlPlane:
         self.stop()
 
     def stop(self) -> None:
+        with self._lock:
+            process, self._controller_manager = self._controller_manager, None
+        self._halt(process, 5.0)
         self.stop_apiserver()
         self.stop_etcd()
         for opened in self._logs:
@@ -195,6 +212,23 @@ class ControlPlane:
             lambda http: http.get(self.url + "/readyz", headers=headers).status_code == 200,
             timeout,
         )
+
+    def start_controller_manager(self) -> None:
+        """kube-controller-manager as the admin, with only the controllers named in __init__; it
+        serves nothing (no metrics port) and elects no leader (it is the only one)."""
+        assert self._bin is not None
+        config = self.write_kubeconfig(self.dir / "controller-manager.kubeconfig")
+        argv = [
+            str(self._bin.kube_controller_manager),
+            f"--kubeconfig={config}",
+            "--controllers=namespace-controller,garbage-collector-controller,serviceaccount-controller",
+            "--leader-elect=false",
+            "--secure-port=0",
+            "--use-service-account-credentials=false",
+            "--v=0",
+        ]
+        with self._lock:
+            self._controller_manager = self._spawn(argv, "kube-controller-manager.log")
 
     def _await(self, name: str, process: subprocess.Popen[bytes], ready: Any, timeout: float) -> None:
         deadline = time.monotonic() + timeout

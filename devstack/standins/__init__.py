@@ -1,7 +1,4 @@
-"""Stand-ins for the servers that cannot run on a developer machine or in CI.
-
-Each one reproduces the real server's wire behaviour that loraflow depends on, and its tests
-drive it with the real clients (kubectl and the `kubernetes` package, httpx, boto3):
-`kube/` (the Kubernetes API), `engines/` (vLLM and SGLang replicas), and, until the real
-SeaweedFS replaces them, `filer*.py`, `notifications.py` and `sqs_bridge.py`.
-"""
+"""Stand-ins for the servers that cannot run on a developer machine or in CI: the vLLM and
+SGLang engines (`engines/`), which reproduce the real engines' wire behaviour that loraflow
+depends on, each behaviour citing the upstream code it mirrors. Kubernetes and SeaweedFS are
+the real servers (devstack.kubernetes, devstack.seaweedfs)."""
