@@ -42,7 +42,7 @@ from functions.edge import messages, shell
 from functions.edge.bootstrap import Deps
 from functions.edge.inputs import adapter_ref, stored
 from functions.errors import KubeRefused, Reject
-from functions.logic import conditions, facts, phase, reasons
+from functions.logic import conditions, facts, frozen, phase, reasons
 from functions.logic.paths import STORAGE_ROOT, adapter_dir, adapter_of_path, check_storage_path, is_under
 from functions.logic.quantity import format_bytes
 from functions.resources.kinds import VLLM_ADAPTER
@@ -59,7 +59,7 @@ if TYPE_CHECKING:  # the storage adapter (httpx, urllib3) is imported when a han
 
 NAME = "stat"
 ACCEPTS = (ADAPTER_ADMITTED, FILE_CHANGED, ADAPTER_DRIFTED)
-OBSERVATION = ("files", "size", "integrity")
+OBSERVATION = ("files", "size", "integrity", "frozen")
 TRUNCATED = reasons.EVENT_FILES_TRUNCATED
 
 Obj = dict[str, Any]
@@ -104,12 +104,16 @@ def decide(
     now: datetime,
     max_files: int = 1000,
     max_bytes: int = STATUS_BYTES,
+    frozen_problem: str | None = None,
 ) -> LoRAAdapterStatus:
     """The whole status with the new storage observation.
 
     A declared file whose observation changed (MD5 or size, or it came or went) while Ready is
     True takes Ready back to Unknown in this same write: the status never says Ready for files
     verify has not ruled on. The pods keep serving the verified set (status.fileSet) meanwhile.
+    `frozen_problem` says why the frozen copy of that set is no longer it (`frozen.problem`):
+    its record is dropped and Ready goes back to Unknown the same way, so that verify freezes it
+    again from the upload (or fails the adapter with the reason).
     """
     status = adapter.status or LoRAAdapterStatus()
     files = recorded(adapter, listing, max_files, max_bytes)
@@ -121,7 +125,16 @@ def decide(
     )
     conds = status.conditions
     current = conditions.find(conds, phase.READY)
-    if current is not None and current.status == "True" and declared_changed(adapter, listing):
+    kept = status.frozen
+    if frozen_problem is not None:
+        kept = [r for r in status.frozen or [] if r.file_set != status.file_set] or None
+    if current is not None and current.status == "True" and frozen_problem is not None:
+        message = f"the frozen copy of the verified set is not it any more ({frozen_problem}); freezing again"
+        generation = adapter.metadata.generation
+        conds = conditions.set_condition(
+            conds, phase.READY, "Unknown", phase.AWAITING_VERIFICATION, message[:1024], generation, now
+        )
+    elif current is not None and current.status == "True" and declared_changed(adapter, listing):
         message = "storage reported a change to a declared file; waiting for the integrity check"
         generation = adapter.metadata.generation
         conds = conditions.set_condition(
@@ -132,6 +145,7 @@ def decide(
         update={
             "conditions": conds,
             "files": [FileInfo(path=f.path, size=f.size) for f in files] or None,
+            "frozen": kept,
             "size": format_bytes(total),
             "integrity": integrity,
             "phase": phase_,
@@ -148,6 +162,21 @@ def declared_changed(adapter: LoRAAdapter, listing: Sequence[StoredFile]) -> boo
     before = {p: (f.md5, f.size, f.version) for p, f in adapter.recorded_files().items() if p in declared}
     after = {f.path: (f.md5, f.size, f.version) for f in listing if f.path in declared}
     return before != after
+
+
+def frozen_problem(deps: Deps, adapter: LoRAAdapter, directory: str) -> str | None:
+    """Why the frozen copy of the verified set (status.fileSet) is no longer it, listing its
+    directory once; None when it is, or when there is none to check (not Ready)."""
+    status = adapter.status
+    record = frozen.current(status.frozen, status.file_set) if status is not None else None
+    ready = conditions.find(status.conditions, phase.READY) if status is not None else None
+    if record is None or ready is None or ready.status != "True":
+        return None  # only while Ready: the recorded sizes are then the verified set's
+    if facts.file_set(adapter.declared_md5s()) != record.file_set:
+        return None  # the spec declares another set now: verify rules on it first
+    sizes = {p: f.size for p, f in adapter.recorded_files().items()}
+    listed = [(f.path, f.size, f.md5) for f in deps.storage.stat_dir(record.path)]
+    return frozen.problem(record, directory, adapter.declared_md5s(), sizes, listed)
 
 
 def listing_dir(adapter: LoRAAdapter) -> str | None:
@@ -211,6 +240,7 @@ def _one(deps: Deps, namespace: str, name: str, model: str | None, nudged: bool 
     if directory is None:
         return None
     listing = deps.storage.stat_dir(directory)
+    problem = frozen_problem(deps, adapter, directory)
     now = deps.clock()
     budget = STATUS_BYTES
 
@@ -224,7 +254,14 @@ def _one(deps: Deps, namespace: str, name: str, model: str | None, nudged: bool 
             # re-read after a 409: the write that beat ours may record a listing newer than
             # ours (another stat's), and an older observation must never overwrite a newer one
             listing = deps.storage.stat_dir(directory)
-        return decide(fresh, listing, now, deps.settings.status_max_files, budget).to_wire()
+        # a 409's newer object may record another set: judged again only if it is the same one
+        same = (
+            fresh.status is not None
+            and adapter.status is not None
+            and fresh.status.file_set == adapter.status.file_set
+        )
+        found = problem if same else None
+        return decide(fresh, listing, now, deps.settings.status_max_files, budget, found).to_wire()
 
     try:
         # from the object read above: its resourceVersion guards the patch (a 409 re-reads),

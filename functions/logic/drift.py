@@ -253,6 +253,8 @@ def steady(snapshot: Snapshot, mount_root: str) -> frozenset[AdapterKey]:
         seen.add(key)
         if adapter.serve != "serve" or not config.ok or adapter.deleting or not adapter.model:
             continue
+        if frozen_drift(obj):
+            continue
         if admit_reason(obj, sglang=False) is not None:
             continue
         if (conditions_.get(reasons.READY) or {}).get("reason") == reasons.MODEL_NOT_FOUND:
@@ -418,7 +420,24 @@ def _lifecycle(
             add(key, "stat", "admitted but not Ready: files may have arrived unnoticed")
         elif serve == "hold":
             add(key, "stat", "a change is waiting for the integrity check (its verify may be lost)")
+        frozen_reason = frozen_drift(obj)
+        if frozen_reason:
+            add(key, "stat", frozen_reason)
     return waiting
+
+
+def frozen_drift(obj: Obj) -> str | None:
+    """Why a vllm adapter's frozen sets need verify (reached through stat's reply): a retired
+    set no pod serves waits to be deleted (verify deletes it once the grace period has passed).
+
+    An adapter verified before sets were frozen has no record and is not nudged: it is served
+    from its upload directory until its next verify, as it was."""
+    status = facts.status(obj)
+    records = [r for r in status.get("frozen") or [] if isinstance(r, dict)]
+    served = {s.get("fileSet") for s in status.get("served") or [] if isinstance(s, dict)}
+    if any(r.get("retiredAt") and r.get("fileSet") not in served for r in records):
+        return "a retired frozen file set no pod serves waits to be deleted"
+    return None
 
 
 def _serving_drift(

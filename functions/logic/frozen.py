@@ -91,3 +91,40 @@ def collectable(
 
 def total_bytes(records: Iterable[FrozenSet]) -> int:
     return sum(r.size for r in records)
+
+
+def problem(
+    record: FrozenSet,
+    upload_dir: str,
+    declared: Mapping[str, str],
+    sizes: Mapping[str, int | None],
+    listing: Iterable[tuple[str, int, str | None]],
+) -> str | None:
+    """Why the frozen copy `record` is no longer the verified set, from a listing of its
+    directory ((path, size, md5 or None) per file); None when every declared file is there with
+    its size (and its MD5, when storage reports one) and nothing else is.
+
+    The frozen area is loraflow's; a change there (a deletion behind its back, a write that got
+    through) means the copy can no longer be vouched for, and verify makes it again.
+    """
+    found = {path: (size, md5) for path, size, md5 in listing}
+    wanted: set[str] = set()
+    for path, md5 in sorted(declared.items()):
+        target = frozen_path(upload_dir, record.path, path)
+        if target is None:
+            return f"declared file {path} is not under {upload_dir}"
+        wanted.add(target)
+        seen = found.get(target)
+        if seen is None:
+            return f"{target} is gone from the frozen copy"
+        size, got = seen
+        if sizes.get(path) is not None and size != sizes[path]:
+            return f"{target} changed size in the frozen copy"
+        if got is not None and got.lower() != md5.strip().lower():
+            return f"{target} no longer has the verified MD5"
+    extra = sorted(set(found) - wanted)
+    if extra:
+        return f"{extra[0]} was written into the frozen copy" + (
+            f" (and {len(extra) - 1} more)" if len(extra) > 1 else ""
+        )
+    return None

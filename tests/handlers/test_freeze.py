@@ -16,7 +16,13 @@ from typing import Any
 
 from cloudevents.http import CloudEvent
 
-from events.domain import ADAPTER_ADMITTED, ADAPTER_READY, ADAPTER_STAT_COMPLETED
+from events.domain import (
+    ADAPTER_ADMITTED,
+    ADAPTER_DRIFTED,
+    ADAPTER_READY,
+    ADAPTER_STAT_COMPLETED,
+    STEP_EXTENSION,
+)
 from functions import load, stat, verify
 from functions.edge.bootstrap import Deps
 from functions.logic.facts import file_set
@@ -216,3 +222,59 @@ def test_a_copy_that_does_not_hash_to_the_declared_md5_is_never_ready() -> None:
         c["message"] for c in cluster.status()["conditions"] if c["type"] == "Ready"
     )
     assert cluster.status()["phase"] != "Ready" and not cluster.status().get("fileSet")
+
+
+def nudged_stat(cluster: Cluster) -> CloudEvent | None:
+    """What a resync nudge to stat runs: stat, then verify on its reply."""
+    drifted = CloudEvent(
+        {"type": ADAPTER_DRIFTED, "source": "/tests", "id": secrets.token_hex(8), STEP_EXTENSION: "stat"},
+        {
+            "adapter": {"apiVersion": VLLM_ADAPTER.api_version, "namespace": NS, "name": NAME},
+            "step": "stat",
+            "reason": "test",
+        },
+    )
+    reply = stat.handle(drifted, cluster.deps)
+    return verify.handle(cluster.event(ADAPTER_STAT_COMPLETED), cluster.deps) if reply is not None else None
+
+
+def test_a_frozen_set_deleted_behind_our_back_is_frozen_again_from_verified_storage() -> None:
+    weights = b"W" * 4096
+    cluster = Cluster(weights)
+    cluster.pipeline()
+    directory = frozen_dir({CONFIG: md5(CONFIG_BYTES), WEIGHTS: md5(weights)})
+    cluster.storage.delete_tree(directory)
+    reply = nudged_stat(cluster)
+    assert reply is not None and reply["type"] == ADAPTER_READY  # Ready again once frozen again
+    assert cluster.storage.files[directory + "adapter_model.safetensors"] == weights
+    assert [r["path"] for r in cluster.status()["frozen"]] == [directory]
+
+
+def test_a_frozen_set_deleted_while_the_upload_changed_fails_with_the_reason() -> None:
+    weights = b"W" * 4096
+    cluster = Cluster(weights)
+    cluster.pipeline()
+    directory = frozen_dir({CONFIG: md5(CONFIG_BYTES), WEIGHTS: md5(weights)})
+    cluster.storage.delete_tree(directory)
+    cluster.storage.files[WEIGHTS] = b"X" * 4096
+    nudged_stat(cluster)
+    assert cluster.ready() == ("False", "IntegrityCheckFailed")
+    assert not cluster.status().get("fileSet")  # nothing verified: load unloads, never serves it
+
+
+def test_a_file_written_into_the_frozen_set_is_noticed_and_the_set_frozen_again() -> None:
+    weights = b"W" * 4096
+    cluster = Cluster(weights)
+    cluster.pipeline()
+    directory = frozen_dir({CONFIG: md5(CONFIG_BYTES), WEIGHTS: md5(weights)})
+    cluster.storage.files[directory + "adapter_model.safetensors"] = b"X" * 4096  # a write got through
+    obj = cluster.kube.get(VLLM_ADAPTER, NS, NAME)
+    assert obj is not None
+    reply = stat.handle(cluster.event(ADAPTER_ADMITTED), cluster.deps)
+    assert reply is not None
+    ready = next(c for c in cluster.status()["conditions"] if c["type"] == "Ready")
+    assert (ready["status"], ready["reason"]) == ("Unknown", "AwaitingVerification")
+    assert "no longer has the verified MD5" in ready["message"]
+    assert verify.handle(cluster.event(ADAPTER_STAT_COMPLETED), cluster.deps) is not None
+    assert cluster.ready() == ("True", "IntegrityVerified")
+    assert cluster.storage.files[directory + "adapter_model.safetensors"] == weights

@@ -138,7 +138,12 @@ def test_listing_dir_none_for_impossible_model() -> None:
 
 
 def test_observation_ignores_conditions() -> None:
-    assert observation({"files": [1], "conditions": [2]}) == {"files": [1], "size": None, "integrity": None}
+    assert observation({"files": [1], "conditions": [2]}) == {
+        "files": [1],
+        "size": None,
+        "integrity": None,
+        "frozen": None,
+    }
 
 
 def declaring(*paths: str) -> LoRAAdapter:
