@@ -14,8 +14,11 @@ Reads: InferenceServices and serving Pods (`loraflow.io/serving=true`), held for
 only a page and two namespaces' of them are held: the lists come in the API's key order); one
 `GET /v1/models` per Ready pod (fanned out), one namespace's pods at a time. A part lists its
 namespaces' adapters namespace by namespace, and the other kinds cluster-wide, keeping its own.
-Writes: nothing. Publishes `io.loraflow.adapter.drifted.v1` (extension `loraflowstep` =
-admit|stat|load|unload, data.reason) to the Broker for what drifted only, shard by shard.
+Writes: nothing in the API. Publishes `io.loraflow.adapter.drifted.v1` (extension
+`loraflowstep` = admit|stat|load|unload, data.reason) to the Broker for what drifted only,
+shard by shard. On a full tick it also deletes the frozen sets no adapter accounts for (its
+adapter gone or for another model, or left unrecorded by a crash: `frozen.orphaned`), listing
+`/loraflow-frozen/` once and reading each adapter named there.
 Outcomes: 204 (nudges are published, not replied); 503 when the API or the Broker fails.
 Cost: the paginated lists (about adapters / page size requests, the sglang kind twice; a
 part: its namespaces' adapters, at least one list per namespace and kind, and the whole sglang
@@ -27,6 +30,7 @@ and pods (functions/logic/drift.py: shards).
 from __future__ import annotations
 
 import bisect
+import logging
 import threading
 from collections import defaultdict
 from collections.abc import Iterable, Iterator, Mapping, Sequence
@@ -52,7 +56,9 @@ from functions.adapters.concurrency import bounded_map
 from functions.edge import inputs, messages, shell
 from functions.edge.bootstrap import Deps
 from functions.edge.messages import Reply
-from functions.logic import drift, facts
+from functions.errors import StorageUnavailable
+from functions.logic import drift, facts, frozen
+from functions.logic.paths import FROZEN_ROOT
 from functions.logic.pods import Endpoint
 from functions.logic.serving import AdapterKey, TargetKey
 from functions.resources.kinds import (
@@ -70,6 +76,7 @@ from functions.resources.kinds import (
 
 NAME = "resync"
 ACCEPTS = (PING, RESYNC_SHARD)
+log = logging.getLogger("loraflow.resync")
 Obj = dict[str, Any]
 
 
@@ -121,6 +128,33 @@ def judge(deps: Deps, scope: Scope, restat: str | None) -> None:
         # to the Broker, which answers slower than the planner judges the next shard
         events = [to_event(n) for n in drift.drift(snapshot, deps.settings.mount_root, restat=restat)]
         bounded_map(events, deps.broker.publish, width)
+    if restat is not None:
+        try:
+            collect_orphans(deps, scope)
+        except (StorageUnavailable, OSError) as err:  # the nudges are out; the next full tick tries again
+            log.warning("frozen sets not collected: %s", err)
+
+
+def collect_orphans(deps: Deps, scope: Scope) -> list[str]:
+    """Delete the frozen sets no adapter accounts for (`frozen.orphaned`) in the scope's
+    namespaces; the directories deleted. A full tick only: it lists the frozen area and reads
+    each adapter named there, which a minute's tick need not pay for."""
+    from functions.freeze import FROZEN_BYTES  # the metrics of the storage step, not every tick's
+
+    files = [
+        (f.path, f.size)
+        for f in deps.storage.stat_dir(FROZEN_ROOT + "/")
+        if scope.has(f.path.split("/")[2] if f.path.count("/") > 2 else "")
+    ]
+    named = {(p.split("/")[2], p.split("/")[4]) for p, _ in files if p.count("/") >= 6}
+    adapters = {key: deps.kube.get(VLLM_ADAPTER, *key) for key in sorted(named)}
+    deleted: list[str] = []
+    for orphan in frozen.orphaned(files, adapters):
+        deps.storage.delete_tree(orphan.directory)
+        FROZEN_BYTES.labels("deleted").inc(orphan.size)
+        log.info("deleted the frozen set %s (%d bytes): %s", orphan.directory, orphan.size, orphan.why)
+        deleted.append(orphan.directory)
+    return deleted
 
 
 class Scope(NamedTuple):

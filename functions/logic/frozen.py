@@ -12,10 +12,11 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime, timedelta
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from functions.errors import Reject
-from functions.logic.paths import frozen_dir, frozen_path
+from functions.logic.facts import file_set as file_set_of
+from functions.logic.paths import FROZEN_ROOT, frozen_dir, frozen_path
 from functions.resources.rackai import FrozenSet
 
 TIME_FORMAT = "%Y-%m-%dT%H:%M:%SZ"
@@ -128,3 +129,54 @@ def problem(
             f" (and {len(extra) - 1} more)" if len(extra) > 1 else ""
         )
     return None
+
+
+class Orphan(NamedTuple):
+    directory: str
+    size: int
+    why: str
+
+
+def orphaned(
+    files: Iterable[tuple[str, int]], adapters: Mapping[tuple[str, str], Mapping[str, Any] | None]
+) -> list[Orphan]:
+    """The frozen directories no adapter accounts for, from a listing of the frozen area
+    ((path, size) per file) and the vllm adapters named there ((namespace, name) -> the object,
+    None when it is gone).
+
+    An orphan is a set whose adapter is gone (deleted, its copies unloaded) or is now for
+    another model, or a set its adapter neither records (`status.frozen`) nor declares now (a
+    crash between the copy and the status write; a set its spec declares now may be being
+    frozen this very moment, so it is left to verify).
+    """
+    sets: dict[tuple[str, str, str, str], int] = {}
+    for path, size in files:
+        parts = path.split("/")
+        # ['', 'loraflow-frozen', ns, model, name, digest, file...]
+        if len(parts) < 7 or "/" + parts[1] != FROZEN_ROOT:
+            continue
+        key = (parts[2], parts[3], parts[4], parts[5])
+        sets[key] = sets.get(key, 0) + size
+    found: list[Orphan] = []
+    for (namespace, model, name, digest), size in sorted(sets.items()):
+        directory = f"{FROZEN_ROOT}/{namespace}/{model}/{name}/{digest}/"
+        obj = adapters.get((namespace, name))
+        if obj is None:
+            found.append(Orphan(directory, size, "its LoRAAdapter is gone"))
+            continue
+        spec = obj.get("spec") if isinstance(obj.get("spec"), Mapping) else {}
+        status = obj.get("status") if isinstance(obj.get("status"), Mapping) else {}
+        if str((spec or {}).get("model") or "") != model:
+            found.append(Orphan(directory, size, "its LoRAAdapter is for another model now"))
+            continue
+        recorded = {
+            str(r.get("fileSet") or "").removeprefix("md5set:")
+            for r in (status or {}).get("frozen") or []
+            if isinstance(r, Mapping)
+        }
+        integrity = (spec or {}).get("integrity")
+        declared = integrity.get("md5") if isinstance(integrity, Mapping) else None
+        declared_set = file_set_of(declared if isinstance(declared, Mapping) else {})
+        if digest not in recorded and digest != declared_set.removeprefix("md5set:"):
+            found.append(Orphan(directory, size, "no status records it (left by a crash)"))
+    return found

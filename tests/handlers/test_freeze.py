@@ -23,7 +23,7 @@ from events.domain import (
     ADAPTER_STAT_COMPLETED,
     STEP_EXTENSION,
 )
-from functions import load, stat, verify
+from functions import load, resync, stat, verify
 from functions.edge.bootstrap import Deps
 from functions.logic.facts import file_set
 from functions.resources.kinds import VLLM_ADAPTER
@@ -278,3 +278,35 @@ def test_a_file_written_into_the_frozen_set_is_noticed_and_the_set_frozen_again(
     assert verify.handle(cluster.event(ADAPTER_STAT_COMPLETED), cluster.deps) is not None
     assert cluster.ready() == ("True", "IntegrityVerified")
     assert cluster.storage.files[directory + "adapter_model.safetensors"] == weights
+
+
+def test_a_full_resync_collects_sets_no_adapter_accounts_for() -> None:
+    """Left by a deleted adapter, by a crash between the copy and the status write, or for a
+    model the adapter no longer names: deleted on a full tick. The recorded set stays, and so
+    does the set the spec declares now (verify may be freezing it this very moment)."""
+    weights = b"W" * 4096
+    cluster = Cluster(weights)
+    cluster.pipeline()
+    current = frozen_dir({CONFIG: md5(CONFIG_BYTES), WEIGHTS: md5(weights)})
+    crashed = f"/loraflow-frozen/{NS}/{MODEL}/{NAME}/{'c' * 16}/"
+    other_model = f"/loraflow-frozen/{NS}/m0/{NAME}/{'d' * 16}/"
+    gone = f"/loraflow-frozen/{NS}/{MODEL}/deleted/{'e' * 16}/"
+    for directory in (crashed, other_model, gone):
+        cluster.storage.files[directory + "adapter_model.safetensors"] = b"left behind"
+    deleted = resync.collect_orphans(cluster.deps, resync.Scope(None))
+    assert sorted(deleted) == sorted([crashed, other_model, gone])
+    left = {p.rsplit("/", 1)[0] + "/" for p in cluster.storage.files if p.startswith("/loraflow-frozen/")}
+    assert left == {current}
+    cluster.retrain(b"N" * 4096)  # declared, not frozen yet: kept
+    being_frozen = frozen_dir({CONFIG: md5(CONFIG_BYTES), WEIGHTS: md5(b"N" * 4096)})
+    cluster.storage.files[being_frozen + "adapter_model.safetensors"] = b"N" * 4096
+    assert resync.collect_orphans(cluster.deps, resync.Scope(None)) == []
+    cluster.kube.delete(VLLM_ADAPTER, NS, NAME)  # being deleted: unload still takes copies back
+    assert resync.collect_orphans(cluster.deps, resync.Scope(None)) == []
+    obj = cluster.kube.get(VLLM_ADAPTER, NS, NAME)
+    assert obj is not None
+    obj["metadata"]["finalizers"] = []  # unload is done: the API server removes it
+    cluster.kube.put(obj)
+    cluster.kube.delete(VLLM_ADAPTER, NS, NAME)
+    assert sorted(resync.collect_orphans(cluster.deps, resync.Scope(None))) == sorted([current, being_frozen])
+    assert not [p for p in cluster.storage.files if p.startswith("/loraflow-frozen/")]
