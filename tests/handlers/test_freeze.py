@@ -23,13 +23,13 @@ from events.domain import (
     ADAPTER_STAT_COMPLETED,
     STEP_EXTENSION,
 )
-from functions import load, resync, stat, verify
+from functions import load, reload, resync, stat, verify
 from functions.edge.bootstrap import Deps
 from functions.logic.facts import file_set
 from functions.resources.kinds import VLLM_ADAPTER
 from functions.settings import Settings
 from tests.support.fakes import FakeBroker, FakeConfigs, FakeEngines, FakeKube, FakeStorage
-from tests.support.objects import MOUNT, model_deployment, pod, url_of
+from tests.support.objects import MOUNT, api_event, model_deployment, pod, url_of
 
 NS, MODEL, NAME = "team-a", "m1", "a1"
 UPLOAD = f"/loraadapters/{NS}/{MODEL}/{NAME}/"
@@ -310,3 +310,30 @@ def test_a_full_resync_collects_sets_no_adapter_accounts_for() -> None:
     cluster.kube.delete(VLLM_ADAPTER, NS, NAME)
     assert sorted(resync.collect_orphans(cluster.deps, resync.Scope(None))) == sorted([current, being_frozen])
     assert not [p for p in cluster.storage.files if p.startswith("/loraflow-frozen/")]
+
+
+def test_a_pod_that_restarts_mid_retrain_loads_one_whole_verified_set() -> None:
+    """While a retrain waits for verify the old set is held (kept where it is loaded, loaded
+    nowhere new); once verified and frozen, every pod, the restarted one too, loads the new set
+    whole from its frozen directory. No pod is ever pointed at the upload directory."""
+    old, new = b"O" * 4096, b"N" * 4096
+    cluster = Cluster(old)
+    cluster.pipeline()
+    restarted = cluster.pods[1]
+    cluster.engines.engine(url_of(restarted)).loaded.clear()  # its engine forgot everything
+    cluster.retrain(new)
+    stat.handle(cluster.event(ADAPTER_ADMITTED), cluster.deps)  # Ready Unknown: the old set is held
+    reload.handle(api_event("update", restarted), cluster.deps)
+    assert cluster.engines.engine(url_of(restarted)).loaded == {}
+    verify.handle(cluster.event(ADAPTER_STAT_COMPLETED), cluster.deps)
+    load.handle(cluster.event(ADAPTER_READY), cluster.deps)
+    new_dir = frozen_dir({CONFIG: md5(CONFIG_BYTES), WEIGHTS: md5(new)})
+    assert cluster.loaded_roots() == {MOUNT + new_dir.rstrip("/")}
+    for p in cluster.pods:
+        paths = [c for c in cluster.engines.engine(url_of(p)).calls if c[0].startswith("load")]
+        assert paths  # loaded (or replaced) once the new set was verified
+    assert not any(
+        root.startswith(MOUNT + "/loraadapters/")
+        for p in cluster.pods
+        for root in cluster.engines.engine(url_of(p)).loaded.values()
+    )
