@@ -176,7 +176,8 @@ def frozen_problem(deps: Deps, adapter: LoRAAdapter, directory: str) -> str | No
         return None  # the spec declares another set now: verify rules on it first
     sizes = {p: f.size for p, f in adapter.recorded_files().items()}
     listed = [(f.path, f.size, f.md5) for f in deps.storage.stat_dir(record.path)]
-    return frozen.problem(record, directory, adapter.declared_md5s(), sizes, listed)
+    kept = deps.storage.copy_checks_md5
+    return frozen.problem(record, directory, adapter.declared_md5s(), sizes, listed, kept)
 
 
 def listing_dir(adapter: LoRAAdapter) -> str | None:

@@ -100,10 +100,13 @@ def problem(
     declared: Mapping[str, str],
     sizes: Mapping[str, int | None],
     listing: Iterable[tuple[str, int, str | None]],
+    md5_kept: bool = False,
 ) -> str | None:
     """Why the frozen copy `record` is no longer the verified set, from a listing of its
     directory ((path, size, md5 or None) per file); None when every declared file is there with
-    its size (and its MD5, when storage reports one) and nothing else is.
+    its size (and its MD5, when storage reports one) and nothing else is. `md5_kept`: storage
+    keeps an MD5 for every copy loraflow makes (the filer, written with Content-MD5), so a copy
+    listed without one was rewritten since (appends leave none).
 
     The frozen area is loraflow's; a change there (a deletion behind its back, a write that got
     through) means the copy can no longer be vouched for, and verify makes it again.
@@ -123,6 +126,8 @@ def problem(
             return f"{target} changed size in the frozen copy"
         if got is not None and got.lower() != md5.strip().lower():
             return f"{target} no longer has the verified MD5"
+        if got is None and md5_kept:
+            return f"{target} was rewritten in the frozen copy (it has no MD5 any more)"
     extra = sorted(set(found) - wanted)
     if extra:
         return f"{extra[0]} was written into the frozen copy" + (

@@ -203,6 +203,19 @@ def test_a_filer_write_into_the_frozen_area_is_noticed_and_undone(seaweed: Share
         assert adapter.served_root() == MOUNT + adapter.frozen.rstrip("/")
 
 
+def test_a_same_size_rewrite_that_leaves_no_md5_is_noticed_and_undone(adapter: Adapter) -> None:
+    """Two appends of other bytes of the same size leave the filer no MD5 to compare; every copy
+    loraflow makes has one (written with Content-MD5), so a copy without one was rewritten."""
+    frozen_weights = adapter.frozen + "adapter_model.safetensors"
+    adapter.filer.write_without_md5(frozen_weights, secrets.token_bytes(len(adapter.weights)))
+    assert stat.handle(adapter.event(ADAPTER_ADMITTED), adapter.deps) is not None
+    status, reason, message = adapter.ready()
+    assert (status, reason) == ("Unknown", "AwaitingVerification") and "rewritten" in message
+    assert verify.handle(adapter.event(ADAPTER_STAT_COMPLETED), adapter.deps) is not None
+    assert adapter.ready()[:2] == ("True", "IntegrityVerified")
+    assert adapter.filer.read(frozen_weights) == adapter.weights
+
+
 def test_a_frozen_set_deleted_behind_our_back_is_frozen_again_or_fails(adapter: Adapter) -> None:
     assert adapter.filer.delete(adapter.frozen.rstrip("/"), recursive=True) == 204
     adapter.run()
