@@ -71,18 +71,23 @@ def decide(
 
     `frozen` is the frozen copy of the verified set (or why it could not be made): a verified
     set is Ready only once frozen, and then it is the current record of `status.frozen`, the
-    others retired. `records` are the frozen records to start from (status.frozen, less what
-    was just deleted); a failed verdict retires them all.
+    others retired; a set that could not be frozen leaves Ready Unknown (`FreezeFailed`) and
+    the set verified before in place, so the pods keep serving it. `records` are the frozen
+    records to start from (status.frozen, less what was just deleted); a failed verdict
+    retires them all.
     """
     status = adapter.status or LoRAAdapterStatus()
     observed = observed_files(adapter)
     verdict = integrity.compare(declared(adapter), observed, hashed)
-    if verdict.status == "True" and isinstance(frozen, Refusal):
-        verdict = integrity.Verdict("False", frozen.reason, frozen.message, True)
+    holding = verdict.status == "True" and isinstance(frozen, Refusal)
+    if isinstance(frozen, Refusal) and holding:
+        # not Ready, and not failed: the pods keep the set verified before (if any) while the
+        # next stat or resync nudge tries the freeze again
+        verdict = integrity.Verdict("Unknown", frozen.reason, frozen.message, True)
     kept = status.frozen if records is None else records
     if verdict.status == "True" and isinstance(frozen, FrozenSet):
         kept = logic_frozen.with_current(kept, frozen, now)
-    elif verdict.status != "True":
+    elif verdict.status != "True" and not holding:
         kept = logic_frozen.with_current(kept, None, now)  # nothing verified: no pod keeps it
     conds = status.conditions
     current = conditions.find(conds, phase.READY)
@@ -98,9 +103,9 @@ def decide(
         )
     ready_now = conditions.find(conds, phase.READY)
     verified = ready_now is not None and ready_now.status == "True"
-    file_set = facts.file_set(declared(adapter)) if verified else None
+    file_set = facts.file_set(declared(adapter)) if verified else (status.file_set if holding else None)
     loaded_now = conditions.find(conds, reasons.LOADED)
-    if loaded_now is not None and loaded_now.status == "True":
+    if loaded_now is not None and loaded_now.status == "True" and not holding:
         # Loaded stops saying True in the write that changes what the pods should serve: no
         # verified set any more (unload answers adapter.failed and takes the copies back), or a
         # newer one (load replaces the old copies, then says True again)

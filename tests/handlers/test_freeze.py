@@ -217,11 +217,33 @@ def test_a_copy_that_does_not_hash_to_the_declared_md5_is_never_ready() -> None:
 
     cluster.storage.copy_file = racing  # type: ignore[method-assign]
     assert verify.handle(cluster.event(ADAPTER_STAT_COMPLETED), cluster.deps) is None
-    assert cluster.ready() == ("False", "FreezeFailed")
+    assert cluster.ready() == ("Unknown", "FreezeFailed")
     assert "does not hash to the declared MD5" in next(
         c["message"] for c in cluster.status()["conditions"] if c["type"] == "Ready"
     )
     assert cluster.status()["phase"] != "Ready" and not cluster.status().get("fileSet")
+
+
+def test_a_retrain_that_cannot_be_frozen_keeps_the_old_set_served() -> None:
+    """A transient failure to freeze the new set is no reason to unload the old one: Ready is
+    Unknown (FreezeFailed), the old set is held where it is loaded, and the next try swaps."""
+    old, new = b"O" * 4096, b"N" * 4096
+    cluster = Cluster(old)
+    cluster.pipeline()
+    old_dir = frozen_dir({CONFIG: md5(CONFIG_BYTES), WEIGHTS: md5(old)})
+    cluster.retrain(new)
+    copy = cluster.storage.copy_file
+    cluster.storage.copy_file = lambda source, target, size, md5: False  # type: ignore[method-assign]
+    assert len(cluster.pipeline()) == 1  # stat replied; verify had nothing to announce
+    assert cluster.ready()[:2] == ("Unknown", "FreezeFailed")
+    assert cluster.status()["fileSet"] == file_set({CONFIG: md5(CONFIG_BYTES), WEIGHTS: md5(old)})
+    load.handle(cluster.event(ADAPTER_READY), cluster.deps)  # held: kept where it is loaded
+    assert cluster.loaded_roots() == {MOUNT + old_dir.rstrip("/")}
+    cluster.storage.copy_file = copy  # type: ignore[method-assign]
+    assert verify.handle(cluster.event(ADAPTER_STAT_COMPLETED), cluster.deps) is not None
+    load.handle(cluster.event(ADAPTER_READY), cluster.deps)
+    new_dir = frozen_dir({CONFIG: md5(CONFIG_BYTES), WEIGHTS: md5(new)})
+    assert cluster.loaded_roots() == {MOUNT + new_dir.rstrip("/")}
 
 
 def nudged_stat(cluster: Cluster) -> CloudEvent | None:
