@@ -41,7 +41,6 @@ from events.domain import ADAPTER_READY
 from functions.resources.kinds import VLLM_ADAPTER
 from functions.settings import Settings
 
-
 TARGET = 1.05
 
 

@@ -28,10 +28,10 @@ Measured per size: the time from the ping to the last part's answer (the median 
 after a first one, which is reported apart: the functions' first listings connect anew), the
 peak RSS (VmHWM of the largest worker), the API requests made (the API server's audit log),
 the server's time per adapter page (the audit log's) and the CPU of a tick: resync's, and
-kube-apiserver's and etcd's apart; and once, one instance judging the tick whole
+kube-apiserver's and etcd's apart; and at the small size, one instance judging the tick whole
 (LORAFLOW_RESYNC_SHARDS=1). Reference: the bare reads in one process of their own (the same
 paginated lists from the same server and one GET /v1/models per Ready pod, raw JSON, nothing
-else), run after the measured ticks.
+else), run after the measured ticks (once at the large size: minutes each on this machine).
 Target: <= 1.3x the bare reads, <= 300 MiB and flat in N (large / small peak RSS), nudges only
 for the drifted; the absolute tick time reported.
 """
@@ -729,7 +729,7 @@ def _measure(
 def run(smoke: bool) -> Result:
     shape = SMOKE if smoke else FULL
     sizes = [Size(5, 2), Size(20, 10)] if smoke else [Size(10, 5), Size(100, 50)]
-    repeats = 1 if smoke else 3
+    repeats = 1 if smoke else 2
     measured: dict[str, dict[str, Any]] = {}
     started = time.monotonic()
     fleet = EngineFleet()
@@ -760,12 +760,14 @@ def run(smoke: bool) -> Result:
                     measured[label] |= _measure(
                         kube, sink, env, drifted, repeats, INSTANCES, warm_up=0 if smoke else 1
                     )
-                    one = _measure(kube, sink, env, drifted, 1, 1)  # the tick judged whole, by one instance
-                measured[label] |= {
-                    f"one_instance_{k}": one[k] for k in ("seconds", "peak_rss_mib", "resync_cpu_s")
-                }
-                measured[label]["one_instance_exact"] = one["nudges_exactly_the_drifted"]
-                reference = _reference(plane, repeats)
+                    if size == sizes[0]:  # the tick judged whole, by one instance (the large: minutes)
+                        one = _measure(kube, sink, env, drifted, 1, 1)
+                        measured[label] |= {
+                            f"one_instance_{k}": one[k] for k in ("seconds", "peak_rss_mib", "resync_cpu_s")
+                        }
+                        measured[label]["one_instance_exact"] = one["nudges_exactly_the_drifted"]
+                # the large size's bare reads take minutes on this machine: one sample there
+                reference = _reference(plane, repeats if size == sizes[0] else 1)
                 measured[label]["reference_s"] = round(median_of(reference), 3)
                 measured[label]["reference_samples_s"] = [round(s, 3) for s in reference]
     finally:
@@ -776,7 +778,9 @@ def run(smoke: bool) -> Result:
     flat = large["peak_rss_mib"] / small["peak_rss_mib"]
     value, ref = large["seconds"], large["reference_s"]
     ratio = value / ref
-    exact = all(m["nudges_exactly_the_drifted"] and m["one_instance_exact"] for m in measured.values())
+    exact = all(
+        m["nudges_exactly_the_drifted"] and m.get("one_instance_exact", True) for m in measured.values()
+    )
     met = ratio <= RATIO and large["peak_rss_mib"] <= 300 and flat <= 1.15 and exact
     deployments = shape.namespaces * shape.deployments
     pages = (large["v1"] + 2 * large["v2"]) / PAGE
@@ -809,8 +813,8 @@ def run(smoke: bool) -> Result:
             + f"; bare reads {ref:.1f} s; peak RSS {large['peak_rss_mib']:.0f} MiB "
             f"at {large['v1'] + large['v2']:,} adapters, {small['peak_rss_mib']:.0f} MiB at "
             f"{small['v1'] + small['v2']:,} ({flat:.2f}x); {small['seconds']:.2f} s at the small size "
-            f"(bare reads {small['reference_s']:.2f} s); one instance judging the tick whole: "
-            f"{large['one_instance_seconds']:.1f} s ({large['one_instance_resync_cpu_s']:.1f} s CPU); "
+            f"(bare reads {small['reference_s']:.2f} s; one instance judging it whole "
+            f"{small['one_instance_seconds']:.1f} s, {small['one_instance_resync_cpu_s']:.1f} s CPU); "
             f"{large['api_requests']} API requests by the audit log (adapters / page = {pages:.0f}), "
             f"the server {large['adapter_list_page_ms']:.0f} ms per page of {PAGE} adapters; "
             f"{large['drifted']} nudges for {large['drifted']} drifted; CPU per tick: resync "
