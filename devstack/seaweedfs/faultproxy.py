@@ -223,7 +223,6 @@ class FaultProxy:
         finally:
             connection.close()
 
-
     def _connect(self) -> http.client.HTTPConnection:
         return http.client.HTTPConnection(*self._target, timeout=120)
 

@@ -14,9 +14,10 @@ from pathlib import Path
 import pytest
 from kubernetes import config
 
-from devstack.seaweedfs import MOUNT_ROOT, shared
 from devstack.eventing.triggers import render
-from devstack.kubernetes import Kube, shared as shared_control_plane
+from devstack.kubernetes import Kube
+from devstack.kubernetes import shared as shared_control_plane
+from devstack.seaweedfs import MOUNT_ROOT, shared
 from devstack.workload import Workload
 from tests.support.cli import NAMESPACE_PREFIX, CliStack
 from tests.support.filer import FilerClient

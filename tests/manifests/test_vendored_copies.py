@@ -14,9 +14,10 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 HERE = Path(__file__).resolve().parent
 SHARED = ROOT.parent / "shared"
+KNATIVE_CRDS = ROOT / "devstack" / "kubernetes" / "knative-crds"
 COPIES = {
     "seeds": (SHARED / "seeds", HERE / "seeds", "*.json"),
-    "knative-crds": (SHARED / "reference" / "knative-crds", ROOT / "devstack" / "kubernetes" / "knative-crds", "*.yaml"),
+    "knative-crds": (SHARED / "reference" / "knative-crds", KNATIVE_CRDS, "*.yaml"),
 }
 
 

@@ -34,8 +34,8 @@ import pytest
 from cloudevents.http import CloudEvent
 
 from devstack.eventing.sink import EventSink
-from devstack.seaweedfs import FaultProxy, SeaweedServer, Shared, shared, weed_binary
 from devstack.kubernetes import Kube
+from devstack.seaweedfs import FaultProxy, SeaweedServer, Shared, shared, weed_binary
 from events.domain import FILE_CHANGED
 from events.external import PING
 from functions.adapters.filer_log import FilerLog, grpc_target, iterate

@@ -3,7 +3,8 @@ the filer's base64 `Md5` as hex.
 
 FilerStorage decodes a page into FullPath/Mode/FileSize/Md5, and Mtime/Inode/chunk ids for a
 file's version (and the page's cursor) without building the ~20 other fields of each entry;
-whatever that typed decode refuses is decoded as it is, so what stat derives from a page never depends on which decoder read it.
+whatever that typed decode refuses is decoded as it is, so what stat derives from a page never
+depends on which decoder read it.
 """
 
 from __future__ import annotations
