@@ -119,7 +119,6 @@ def run(smoke: bool) -> Result:
         served("stat") as (stat_url, stat_process),
         served("verify") as (verify_url, _),
     ):
-        idle = sum(idle_server_cpu(world.kube.plane).values())
         ns = world.namespace()
         md5s = world.put_files(ns, NAME)
         base = world.adapter_dir(ns, NAME)
@@ -145,6 +144,7 @@ def run(smoke: bool) -> Result:
         fresh_adapter(world, ns, "warm", world.put_files(ns, "warm"))
         stat_and_verify("warm", 2, send=w.first_answer)
         assert bare_listing(http, filer, base + "extra/", page_size) == files - len(md5s)
+        idle = sum(idle_server_cpu(world.kube.plane).values())  # after the warm-up: the servers settled
         peak_before = w.peak_rss_mib(stat_process.pid)
         for _ in range(repeats):
             fresh_adapter(world, ns, NAME, md5s)

@@ -12,7 +12,7 @@ each step a functions-framework process over HTTP, routed by the knative/ Trigge
 ApiServerSource emulation watching the real server and turning our own status writes into
 events as in a cluster. The CPU per adapter of each process over the measured adapters
 (settling included) is reported: kube-apiserver and etcd apart from ours, less what they spend
-idle (measured over 3 s after the stack started).
+idle (measured over 3 s once the replicas settled).
 
 Reference, timed in the same run (broker deliveries dropped meanwhile, so no function
 competes): the same PUT of the last file (the clock above starts before it, so both sides
@@ -292,14 +292,14 @@ def _reference(stack: Stack, name: str, deployment: str, concurrency: int, steps
         return time.perf_counter() - started
 
 
-def _size(
-    stack: Stack, replicas: int, repeats: int, concurrency: int, idle: dict[str, float]
-) -> dict[str, Any]:
+def _size(stack: Stack, replicas: int, repeats: int, concurrency: int) -> dict[str, Any]:
     deployment = f"d{replicas}"
     names = [f"r{replicas}-u{i}" for i in range(repeats + 1)]  # +1: warm-up
     create_deployment(stack, replicas, names)
     eventually(lambda: ready_pods(stack, deployment) == replicas, 60, what="replicas Ready", interval=0.05)
     stack.settle(timeout=20, quiet=0.3)
+    # measured once the replicas settled: the servers are busy for a while after they start
+    idle = idle_server_cpu(stack.control_plane)
     probe = Probe(stack, deployment)
     cpu, began = stack_cpu(stack), time.perf_counter()
     try:
@@ -348,9 +348,8 @@ def run(smoke: bool) -> Result:
     with Stack(
         ping_period=None, function_processes=True, seaweed=shared(), filer_proxy=False, kube_proxy=False
     ) as stack:
-        idle = idle_server_cpu(stack.control_plane)
         for replicas in sizes:
-            results[replicas] = _size(stack, replicas, repeats, concurrency, idle)
+            results[replicas] = _size(stack, replicas, repeats, concurrency)
             # the deployment was deleted: let its replicas go before the next size (best effort)
             with contextlib.suppress(NotReached):
                 eventually(lambda: not stack.workload.pods(NS, MODEL_DEPLOYMENT_LABEL), 5, interval=0.05)
