@@ -7,6 +7,7 @@ before the check), asserts the checker names it, then lets the system repair it.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 
 import httpx
@@ -15,8 +16,9 @@ import pytest
 from devstack.eventing.broker import Faults
 from devstack.stack import Stack
 from functions.resources.kinds import SGLANG_ADAPTER, VLLM_ADAPTER
-from tests.support.convergence import Env, eventually, quiesce_and_check
+from tests.support.convergence import Env, md5_hex, quiesce_and_check
 from tests.support.invariant import Violation
+from tests.support.wait import eventually
 
 
 @pytest.fixture(scope="module")
@@ -92,6 +94,42 @@ def test_failed_adapter_loaded_is_surplus(frozen: Env) -> None:
     body = {"lora_name": "bad", "lora_path": path}
     httpx.post(_pod_url(frozen, pod) + "/v1/load_lora_adapter", json=body).raise_for_status()
     assert any(v.rule == "surplus" and "bad" in v.detail for v in frozen.check())
+
+
+def _use(url: str, *models: str) -> dict[str, object]:
+    """Requests naming `models` in turn, as traffic would; the last one's `served_by`."""
+    served: dict[str, object] = {}
+    for model in models:
+        answer = httpx.post(url + "/v1/completions", json={"model": model, "prompt": "hi", "max_tokens": 1})
+        answer.raise_for_status()
+        served = answer.json()["served_by"]
+    return served
+
+
+def test_tampered_frozen_copy_read_again_is_unverified(frozen: Env) -> None:
+    pod = frozen.md_pods("d1")[0]
+    url = _pod_url(frozen, pod)
+    record = frozen.cluster.get(VLLM_ADAPTER, "a1")["status"]["frozen"][0]  # type: ignore[index]
+    path = record["path"].rstrip("/") + "/adapter_model.safetensors"
+    original = frozen.files["a1"]["adapter_model.safetensors"]
+    frozen.stack.upload(path, os.urandom(len(original)))  # the same size: a retrain of the same rank
+    # the pod's vLLM keeps one adapter in its CPU cache: a request for a2 puts a1 out, and the
+    # next request for a1 reads its frozen copy again
+    served = _use(url, "a2", "a1")
+    assert served["reloaded"] is True, served
+    assert served["md5s"]["adapter_model.safetensors"] != md5_hex(original), served  # type: ignore[index]
+    found = frozen.check()
+    name = pod["metadata"]["name"]
+    assert any(
+        v.rule == "unverified" and name in v.subject and "a1" in v.detail and "adapter_model" in v.detail
+        for v in found
+    ), found
+    # nothing loraflow would do differs (the listing is the same): only integrity names it
+    assert {v.rule for v in found} == {"unverified"}, found
+    # the verified bytes back, read again by the pod: the teardown's check then holds
+    frozen.stack.upload(path, original)
+    served = _use(url, "a2", "a1")
+    assert served["md5s"]["adapter_model.safetensors"] == md5_hex(original), served  # type: ignore[index]
 
 
 def test_status_field_that_lies_is_caught(frozen: Env) -> None:

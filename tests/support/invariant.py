@@ -16,7 +16,11 @@ At quiescence, for both LoRAAdapter kinds:
    plus what the planner would still load passes its capacity), an adapter left out by capacity
    is not `missing`, and where the engine is a stand-in (its `/_devstack/state` answers) no
    SGLang engine evicted an adapter (`evicted`: a load made it put out a wanted one) and no name
-   was loaded twice since the engine's last start while it evicted (`load-evict-loop`).
+   was loaded twice since the engine's last start while it evicted (`load-evict-loop`);
+5. integrity: where a vLLM engine is a stand-in, the weights it holds for a request to use
+   (its CPU cache's current entries, with the MD5s of the files it read) of a Ready adapter's
+   copy are the adapter's verified set, spec.integrity.md5 (`unverified`): whatever happened
+   to the frozen copy since it was made, what is served is what verify accepted.
 
 The engines are only listed: the check has no side effects.
 """
@@ -61,7 +65,7 @@ NOT_READY_LOADED_REASONS = frozenset({reasons.ADAPTER_NOT_READY, reasons.NOT_REF
 class Violation:
     rule: str
     """missing | stale | surplus | takeover | wrong-path | unreachable | status | finalizer |
-    last-loaded-at | over-capacity | evicted | load-evict-loop"""
+    last-loaded-at | over-capacity | evicted | load-evict-loop | unverified"""
     subject: str
     detail: str
 
@@ -319,7 +323,24 @@ def check_engines(world: serving.World, desire: serving.Desire) -> list[Violatio
     return out
 
 
-def check_capacity(observed: fleet.Observed, desire: serving.Desire) -> list[Violation]:
+PodKey = tuple[TargetKey, str]
+
+
+def stand_in_states(observed: fleet.Observed) -> dict[PodKey, Obj]:
+    """Each Ready pod's `/_devstack/state` where its engine is a stand-in (read once per check)."""
+    out: dict[PodKey, Obj] = {}
+    for target, pods in observed.world.pods.items():
+        for pod in pods:
+            endpoint = observed.endpoints.get((target, pod.name))
+            state = _stand_in_state(endpoint.url) if endpoint is not None else None
+            if state is not None:
+                out[(target, pod.name)] = state
+    return out
+
+
+def check_capacity(
+    observed: fleet.Observed, desire: serving.Desire, states: Mapping[PodKey, Obj]
+) -> list[Violation]:
     """Rule 4: what the planner asks of each bounded pod fits it; stand-in engines say whether
     they evicted or reloaded in a loop."""
     out: list[Violation] = []
@@ -346,8 +367,7 @@ def check_capacity(observed: fleet.Observed, desire: serving.Desire) -> list[Vio
                         f"would hold {held} adapter(s), its engine holds at most {cap.slots} ({cap.source})"
                     )
                     out.append(Violation("over-capacity", subject, detail))
-            endpoint = observed.endpoints.get((target, pod.name))
-            state = _stand_in_state(endpoint.url) if endpoint is not None else None
+            state = states.get((target, pod.name))
             if state is None or state.get("engine") != "sglang":
                 continue
             if state.get("evictions"):
@@ -362,6 +382,58 @@ def check_capacity(observed: fleet.Observed, desire: serving.Desire) -> list[Vio
             if looping and state.get("evictions"):
                 detail = f"loaded more than once since its start while evicting: {', '.join(looping[:10])}"
                 out.append(Violation("load-evict-loop", subject, detail))
+    return out
+
+
+def verified_files(obj: Obj, adapter: serving.Adapter) -> dict[str, str] | None:
+    """The verified set as an engine reads it from the adapter's directory (file name -> MD5),
+    when the adapter is served from the set its spec declares; None otherwise (a held set's
+    MD5s are no longer declared anywhere, and `stale` covers pods serving one)."""
+    if adapter.serve != "serve":
+        return None
+    declared = LoRAAdapter.model_validate(obj).declared_md5s()
+    directory = facts.storage_dir(obj)
+    if not declared or directory is None or facts.file_set(declared) != adapter.file_set:
+        return None
+    base = directory.rstrip("/") + "/"
+    out: dict[str, str] = {}
+    for path, md5 in declared.items():
+        rel = path[len(base) :] if path.startswith(base) else ""
+        if rel and "/" not in rel:  # the engines read the directory's own files, not its subdirectories
+            out[rel] = md5.strip().lower()
+    return out
+
+
+def check_integrity(observed: fleet.Observed, states: Mapping[PodKey, Obj]) -> list[Violation]:
+    """Rule 5: each stand-in vLLM engine's cached weights of a Ready adapter's copy are its
+    verified files, byte for byte as their MD5s say."""
+    expected: dict[str, tuple[AdapterKey, dict[str, str]]] = {}
+    for key, obj in observed.objects.items():
+        adapter = observed.world.adapters.get(key)
+        if key.kind != "vllm" or adapter is None or facts.deleting(obj):
+            continue
+        files = verified_files(obj, adapter)
+        if files is not None:
+            expected[adapter.lora_path] = (key, files)
+    out: list[Violation] = []
+    for (target, pod), state in sorted(states.items()):
+        if state.get("engine") != "vllm":
+            continue
+        memory = state.get("memory") or {}
+        for entry in memory.get("cpu") or []:
+            found = expected.get(str(entry.get("path")))
+            if not entry.get("current") or found is None:
+                continue
+            key, want = found
+            have = {str(k): str(v) for k, v in (entry.get("md5s") or {}).items()}
+            if have == want:
+                continue
+            wrong = sorted(n for n in set(have) | set(want) if have.get(n) != want.get(n))
+            detail = (
+                f"{entry.get('name')} ({key}) holds weights read from {entry.get('path')} that are not its "
+                f"verified set: {', '.join(f'{n} MD5 {have.get(n)}, verified {want.get(n)}' for n in wrong)}"
+            )
+            out.append(Violation("unverified", f"{target.kind} {target} pod {pod}", detail))
     return out
 
 
@@ -394,8 +466,10 @@ def check(source: Any, namespaces: Iterable[str] | None = None) -> list[Violatio
     Faults must be stopped and the system quiescent: this reads, it does not wait."""
     deps = deps_for(source)
     observed, models = observe(deps, namespaces)
+    states = stand_in_states(observed)
     out = check_engines(observed.world, serving.desired(observed.world))
-    out += check_capacity(observed, serving.desired(observed.world))
+    out += check_capacity(observed, serving.desired(observed.world), states)
+    out += check_integrity(observed, states)
     world, fresh = fresh_world(deps, observed, models)
     desire = serving.desired(world)
     for key, obj in sorted(observed.objects.items()):

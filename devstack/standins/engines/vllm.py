@@ -156,7 +156,18 @@ class VllmReplica(EngineReplica):
     def memory(self) -> dict[str, Any]:
         with self._lock:
             return {
-                "cpu": [{"id": i, "name": a.name, "path": a.path} for i, a in self._cpu.items()],
+                # `md5s`: what the cached weights were read from; `current`: the entry a request
+                # naming the adapter uses (an unloaded name's old entry is never used again)
+                "cpu": [
+                    {
+                        "id": i,
+                        "name": a.name,
+                        "path": a.path,
+                        "md5s": dict(a.md5s),
+                        "current": self._ids.get(a.name) == i,
+                    }
+                    for i, a in self._cpu.items()
+                ],
                 "gpu": list(self._gpu),
                 "resident": sorted({a.name for i, a in self._cpu.items() if self._ids.get(a.name) == i}),
             }
