@@ -25,10 +25,20 @@ their listing entries) before it plans. Anything unusual about an adapter (a ver
 serving it, a copy elsewhere, a status load would rewrite, a duplicate, a garbled field) is
 simply not proven and goes to the planner, which gives it its verdict as before
 (tests/unit/test_resync_steady.py holds `drift` equal to `every_nudge`).
+
+Capacity: resync reads no engine's settings, but an sglang adapter left out for capacity says
+in its Loaded condition (EngineCapacityExceeded) how many adapters the engine holds. When every
+reachable Ready pod of its InferenceService lists exactly that many names, those pods are
+planned with that capacity (`full_targets`): the adapters ranked out stay out and are not
+nudged to load every tick. Room that may have appeared shows in the snapshot and is planned as
+load would plan it: a claimant deleted or reprioritised changes the ranking, and a pod listing
+fewer (a copy unloaded, a replica added or restarted) or more (capacity raised) names than
+the condition says leaves the capacity unknown, so every claim is nudged to load as before.
 """
 
 from __future__ import annotations
 
+import re
 from collections import defaultdict
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -37,6 +47,7 @@ from typing import Any, NamedTuple
 
 from functions.logic import conditions, facts, loaded, reasons, serving
 from functions.logic.adapter_config import VALID, ConfigVerdict
+from functions.logic.capacity import Capacity
 from functions.logic.paths import is_subdomain
 from functions.logic.serving import (
     AdapterKey,
@@ -56,6 +67,8 @@ Listing = dict[str, str] | None
 Namespaced = tuple[str, str]  # (namespace, name)
 UNKNOWN_TIME = datetime(1970, 1, 1, tzinfo=UTC)
 UNREACHABLE = ListingFailure(reasons.ENGINE_UNREACHABLE, "GET /v1/models failed")
+LEFT_OUT = re.compile(r"the engine holds at most (\d+) adapter\(s\)(?: \(([^)]*)\))?")
+"""The capacity in serving.left_out_message, as Loaded's message quotes it."""
 
 
 class Nudge(NamedTuple):
@@ -197,15 +210,54 @@ def world_of(snapshot: Snapshot, policy: Policy) -> tuple[serving.World, dict[Ad
         if adapter.target is not None:
             targets.setdefault(adapter.target, None)
     pods: dict[TargetKey, tuple[Pod, ...]] = {}
+    full = full_targets(snapshot, adapters)
     for kind, grouped in (("ModelDeployment", snapshot.md_pods), ("InferenceService", snapshot.isvc_pods)):
         for (namespace, name), listings in grouped.items():
             key = TargetKey(kind, namespace, name)  # type: ignore[arg-type]
             if targets.get(key) is not None:
+                cap = full.get(key)
                 pods[key] = tuple(
-                    Pod(key, pod, listing if listing is not None else UNREACHABLE)
+                    Pod(key, pod, listing if listing is not None else UNREACHABLE, cap)
                     for pod, listing in sorted(listings.items())
                 )
     return serving.World(adapters, targets, pods, policy), objects
+
+
+def left_out_capacity(obj: Obj) -> Capacity | None:
+    """The capacity an sglang adapter's Loaded False EngineCapacityExceeded quotes (None: other)."""
+    have = _conditions(obj).get(reasons.LOADED) or {}
+    if have.get("status") != "False" or have.get("reason") != reasons.ENGINE_CAPACITY_EXCEEDED:
+        return None
+    found = LEFT_OUT.search(str(have.get("message") or ""))
+    if found is None:
+        return None
+    return Capacity(int(found.group(1)), True, found.group(2) or "")
+
+
+def full_targets(
+    snapshot: Snapshot, adapters: Mapping[AdapterKey, serving.Adapter]
+) -> dict[TargetKey, Capacity]:
+    """The InferenceServices whose pods are full at the capacity their left-out adapters quote:
+    every reachable Ready pod lists exactly that many names (and all quote the same one)."""
+    quoted: dict[TargetKey, set[Capacity]] = defaultdict(set)
+    for obj in snapshot.v2:
+        cap = left_out_capacity(obj)
+        if cap is None:
+            continue
+        target = adapters[AdapterKey("sglang", facts.namespace_of(obj), facts.name_of(obj))].target
+        if target is not None:
+            quoted[target].add(cap)
+    out: dict[TargetKey, Capacity] = {}
+    for target, caps in quoted.items():
+        listings = [
+            listing
+            for listing in (snapshot.isvc_pods.get((target.namespace, target.name)) or {}).values()
+            if listing is not None
+        ]
+        cap = next(iter(caps)) if len(caps) == 1 else None
+        if cap is not None and listings and all(len(listing) == cap.slots for listing in listings):
+            out[target] = cap
+    return out
 
 
 def steady(snapshot: Snapshot, mount_root: str) -> frozenset[AdapterKey]:
@@ -483,7 +535,8 @@ def stale_status(
     did not answer is not judged: its own Pod events reload it. A verdict about the adapter's
     files is load's to keep (resync reads no files). A True Loaded is compared with its message
     (which counts the pods); a False one by status and reason (a failure's message quotes an
-    engine answer resync does not ask for).
+    engine answer resync does not ask for), unless it is a left-out one (EngineCapacityExceeded):
+    its message counts what the target wants and is compared too.
     """
     adapter = world.adapters[key]
     report = serving.serving_report(world, desire, key)
@@ -533,7 +586,9 @@ def _loaded_differs(have: Mapping[str, Any], want: Mapping[str, Any]) -> str | N
     if (have.get("status"), have.get("reason")) != (want.get("status"), want.get("reason")):
         now, then = f"{have.get('status')}/{have.get('reason')}", f"{want.get('status')}/{want.get('reason')}"
         return f"Loaded is {now}, load would write {then}"
-    if want.get("status") == "True" and have.get("message") != want.get("message"):
+    # a left-out message counts the claims and pods, which change without a word to the adapter
+    counted = want.get("status") == "True" or want.get("reason") == reasons.ENGINE_CAPACITY_EXCEEDED
+    if counted and have.get("message") != want.get("message"):
         return f"Loaded says {have.get('message')!r}, load would write {want.get('message')!r}"
     return None
 

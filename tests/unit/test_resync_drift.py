@@ -4,8 +4,12 @@ from typing import Any
 
 import pytest
 
+from functions.logic import serving
+from functions.logic.capacity import Capacity
+from functions.logic.drift import LEFT_OUT as QUOTED
 from functions.logic.drift import Snapshot, drift
 from functions.logic.facts import file_set
+from functions.logic.serving import TargetKey
 
 MOUNT = "/mnt/sw"
 V1 = "rackai.rackspace.com/v1alpha1"
@@ -311,3 +315,94 @@ def test_a_full_resync_restats_every_admitted_seed1_adapter() -> None:
     assert sorted((n.name, n.step) for n in full) == sorted({*ordinary, ("a1", "stat")})
     (restat,) = [n for n in full if n.step == "stat"]
     assert restat.reason == "the filer's log starts after the cursor"
+
+
+# -- capacity: an sglang adapter left out is nudged only when room may have appeared ---------------
+LEFT_OUT = {
+    **cond("Loaded", "False", "EngineCapacityExceeded"),
+    "message": "left out in 2 of 2 Ready pod(s) (p0, p1): the engine holds at most 2 adapter(s) "
+    "(spec.engineArgs) and ns/svc wants 3; this one ranks outside them (serving-priority, then age): svc 0/2",
+}
+
+
+def sg(name: str, second: int, left_out: bool = False, **annotations: str) -> dict[str, Any]:
+    """An sglang adapter of ns/svc created at `second`, as load left it: served, or left out."""
+    adapter = s1()
+    adapter["metadata"] = {
+        "name": name,
+        "namespace": "ns",
+        "generation": 1,
+        "uid": name,
+        "creationTimestamp": f"2026-01-01T00:00:{second:02d}Z",
+        **({"annotations": annotations} if annotations else {}),
+    }
+    adapter["spec"] = {**adapter["spec"], "name": name, "path": f"/p/{name}"}
+    loaded_condition = adapter["status"]["conditions"][-1]
+    loaded_condition["message"] = "loaded in 2 Ready pod(s) of ns/svc"
+    if left_out:
+        conditions = adapter["status"]["conditions"]
+        adapter["status"] = {
+            "conditions": [c for c in conditions if c["type"] != "Loaded"] + [dict(LEFT_OUT)]
+        }
+    return adapter
+
+
+def full_pods(*names: str, pods: int = 2) -> dict[tuple[str, str], dict[str, dict[str, str] | None]]:
+    return {("ns", "svc"): {f"p{i}": {n: f"/p/{n}" for n in names} for i in range(pods)}}
+
+
+def s3_nudges(snapshot: Snapshot) -> list[str]:
+    return [n.step for n in drift(snapshot, MOUNT) if n.name == "s3"]
+
+
+def test_left_out_for_capacity_with_nothing_changed_is_not_nudged() -> None:
+    adapters = [sg("s1", 1), sg("s2", 2), sg("s3", 3, left_out=True)]
+    snapshot = Snapshot(v2=adapters, services=[SVC], isvc_pods=full_pods("s1", "s2"))
+    assert drift(snapshot, MOUNT) == []
+    # what suppresses it is the capacity the condition quotes: without it, every tick nudges
+    garbled = sg("s3", 3, left_out=True)
+    garbled["status"]["conditions"][-1]["message"] = "left out"
+    snapshot = Snapshot(v2=[*adapters[:2], garbled], services=[SVC], isvc_pods=full_pods("s1", "s2"))
+    assert s3_nudges(snapshot) == ["load"]
+
+
+@pytest.mark.parametrize(
+    ("adapters", "pods"),
+    [
+        pytest.param([sg("s2", 2), sg("s3", 3, left_out=True)], full_pods("s2"), id="claimant-deleted"),
+        pytest.param(
+            [sg("s1", 1), sg("s2", 2), sg("s3", 3, left_out=True)],
+            {("ns", "svc"): {**full_pods("s1", "s2")[("ns", "svc")], "p2": {}}},
+            id="replica-added",
+        ),
+        pytest.param(
+            [sg("s1", 1), sg("s2", 2), sg("s3", 3, left_out=True)],
+            full_pods("s1", "s2", "other"),
+            id="capacity-raised",
+        ),
+        pytest.param(
+            [sg("s1", 1), sg("s2", 2), sg("s3", 3, left_out=True, **{"loraflow.io/serving-priority": "5"})],
+            full_pods("s1", "s2"),
+            id="reprioritised",
+        ),
+    ],
+)
+def test_left_out_for_capacity_is_nudged_when_room_may_have_appeared(
+    adapters: list[dict[str, Any]], pods: dict[tuple[str, str], dict[str, dict[str, str] | None]]
+) -> None:
+    assert s3_nudges(Snapshot(v2=adapters, services=[SVC], isvc_pods=pods)) == ["load"]
+
+
+def test_left_out_message_counting_fewer_claims_than_there_are_is_rewritten() -> None:
+    """A claimant added that ranks out too: the count both left-out messages quote (3) is stale,
+    so load writes them again, once; the loaded ones are not nudged."""
+    adapters = [sg("s1", 1), sg("s2", 2), sg("s3", 3, left_out=True), sg("s4", 4, left_out=True)]
+    nudges = drift(Snapshot(v2=adapters, services=[SVC], isvc_pods=full_pods("s1", "s2")), MOUNT)
+    assert [(n.name, n.step) for n in nudges] == [("s3", "load"), ("s4", "load")]
+    assert all("wants 4" in n.reason for n in nudges), nudges
+
+
+def test_the_quoted_capacity_is_the_one_load_writes() -> None:
+    room = serving.Room(frozenset(), Capacity(7, True, "engine"), 9)
+    found = QUOTED.search(serving.left_out_message(room, TargetKey("InferenceService", "ns", "svc")))
+    assert found is not None and found.groups() == ("7", "engine")
