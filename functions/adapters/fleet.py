@@ -20,6 +20,7 @@ from __future__ import annotations
 import functools
 import logging
 import threading
+from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from functools import partial
 from typing import Any, NamedTuple
@@ -693,7 +694,37 @@ def run(deps: Deps, request: Request, component: str) -> Result:
         message = describe_failures(item.report.targets, serving.redacted(executed.before.adapters[key]))
         deps.kube.record_event(written.obj, "Warning", reasons.EVENT_LOAD_FAILED, message, component, now)
     warn_targets(deps, observed, executed, component)
+    crossed = residency_crossed(executed)
+    if crossed and not request.targets:
+        # the other adapters these pods list moved between resident and reloadable: a pass over
+        # their deployments writes those statuses (no engine call; an unchanged status is not written)
+        run(deps, Request(targets=crossed, load=False), component)
     return result
+
+
+def residency_crossed(executed: Executed) -> frozenset[TargetKey]:
+    """The ModelDeployments where this run's loads or unloads moved a vLLM pod of known capacity
+    across it (the count it lists to or from above its slots), or may have (it loaded without
+    a listing, so the count before is unknown)."""
+    changes: dict[tuple[TargetKey, str], int] = defaultdict(int)
+    for o in executed.outcomes:
+        if o.ok and o.action.op in ("load", "unload") and o.action.target.kind == "ModelDeployment":
+            changes[(o.action.target, o.action.pod)] += 1 if o.action.op == "load" else -1
+    crossed: set[TargetKey] = set()
+    for (target, name), change in changes.items():
+        before = next((p for p in executed.before.pods.get(target, ()) if p.name == name), None)
+        after = next((p for p in executed.after.pods.get(target, ()) if p.name == name), None)
+        cap = after.capacity if after is not None else None
+        if cap is None or cap.slots is None or cap.evicts_listed or after is None:
+            continue
+        was = before.listing if before is not None else None
+        now = after.listing
+        if not isinstance(was, Mapping) or not isinstance(now, Mapping):
+            crossed.add(target)  # the count before is unknown: it may have crossed
+            continue
+        if change and (len(was) <= cap.slots) != (len(now) <= cap.slots):
+            crossed.add(target)
+    return frozenset(crossed)
 
 
 WARNED = frozenset({reasons.LOAD_FAILED, reasons.NAME_CONFLICT})

@@ -201,6 +201,30 @@ def test_vllm_residency_per_pod_from_its_engine_args() -> None:
         assert cluster.loaded(VLLM_ADAPTER, name)["status"] == "True"  # the engine serves them all
 
 
+def test_vllm_residency_of_the_others_follows_a_load_and_an_unload() -> None:
+    """A load that makes a pod list more than it keeps resident turns the adapters it already
+    listed reloadable on their status too, and the unload that frees the room turns them back."""
+    md = model_deployment(NS, "d1", ["a1", "a2"])
+    pods = [pod(NS, "d1-0", md, "10.3.0.1")]
+    pods[0]["spec"]["containers"][0]["args"] = ["--max-cpu-loras=1"]
+    files = {f"/loraadapters/{NS}/m1/{n}/adapter_config.json": CONFIG for n in ("a1", "a2")}
+    cluster = Cluster(vllm_adapter(NS, "a1"), vllm_adapter(NS, "a2"), md, *pods, files=files)
+
+    def residency(name: str) -> list[str | None]:
+        obj = cluster.kube.get(VLLM_ADAPTER, NS, name)
+        assert obj is not None
+        return [s.get("residency") for s in obj["status"].get("served") or []]
+
+    cluster.run(load, adapter_event(ADAPTER_READY, VLLM_ADAPTER, NS, "a1"))
+    assert residency("a1") == ["resident"]
+    cluster.run(load, adapter_event(ADAPTER_READY, VLLM_ADAPTER, NS, "a2"))
+    assert residency("a1") == residency("a2") == ["reloadable"]
+    cluster.kube.put({**md, "spec": {**md["spec"], "loraAdapters": ["a1"]}})
+    cluster.run(unload, adapter_event(ADAPTER_DRIFTED, VLLM_ADAPTER, NS, "a2", **{STEP_EXTENSION: "unload"}))
+    assert residency("a1") == ["resident"]
+    assert cluster.engine_calls("load") == 2  # the passes over the deployment call no engine
+
+
 def test_a_reload_lists_only_the_restarted_pods_engine() -> None:
     md = model_deployment(NS, "d1", ["a1"])
     pods = [pod(NS, f"d1-{i}", md, f"10.4.0.{i + 1}") for i in range(5)]
