@@ -1,6 +1,9 @@
 """A bounded chaos soak: random user operations and random faults, with a fixed seed.
 
-Runs for LORAFLOW_SOAK_SECONDS (default 60; `make soak` runs 600). Faults come in episodes
+Runs for LORAFLOW_SOAK_SECONDS (default 60; `make soak` runs 600). The engines' capacities are
+smaller than what their targets are asked to serve (SGLang `--max-loaded-loras`, vLLM
+`--max-cpu-loras`), so the invariant's capacity rules (over-capacity, evicted, load-evict-loop)
+are checked while capacity binds. Faults come in episodes
 (broker duplicates/reordering/drops, Kubernetes API 409/500, engine 500/slow/refused/restart
 mid-load, filer 503/slow); every CHECKPOINT_S seconds the faults stop, the system is allowed to
 quiesce (broker idle + resync ticks) and the convergence invariant is checked. Prints one
@@ -13,16 +16,30 @@ import contextlib
 import os
 import random
 import time
+from typing import Any
 
 from devstack.eventing.broker import Faults
 from devstack.stack import Stack
-from functions.resources.kinds import INFERENCE_SERVICE, MODEL_DEPLOYMENT, SGLANG_ADAPTER, VLLM_ADAPTER
+from functions.logic import reasons
+from functions.resources.kinds import (
+    INFERENCE_SERVICE,
+    MODEL_DEPLOYMENT,
+    SGLANG_ADAPTER,
+    VLLM_ADAPTER,
+    Kind,
+)
 from tests.support import invariant
 from tests.support.convergence import Env, Meter, quiesce_and_check, record_result
 
 SEED = 20261130
 CHECKPOINT_S = 15.0
 MAX_ADAPTERS = 8
+SGLANG_SLOTS = 2
+"""`--max-loaded-loras` of the soak's InferenceService: up to MAX_ADAPTERS SGLang adapters target it."""
+SGLANG_ARGS = ["--max-loaded-loras", str(SGLANG_SLOTS), "--max-loras-per-batch", str(SGLANG_SLOTS)]
+"""SGLang refuses to start with fewer loaded adapters than batch slots (default 8)."""
+VLLM_ARGS = ["--max-loras", "1", "--max-cpu-loras", "2"]
+"""The deployments' vLLM: each may name up to MAX_ADAPTERS adapters, two stay resident."""
 
 
 def soak_seconds() -> float:
@@ -119,15 +136,13 @@ class Chaos:
             replicas = [r for k, r in stack.workload.fleet.items() if k.startswith(self.env.namespace + "/")]
             if replicas:
                 replica = rng.choice(replicas)
-                spec = rng.choice(
-                    [
-                        {"status": 500, "times": 2, "routes": ["load", "unload"]},
-                        {"delay_s": 1.5, "times": 1, "routes": ["load", "models"]},
-                        {"refuse": True, "times": 2},
-                        {"restart_mid_load": True, "times": 1},
-                    ]
-                )
-                replica.inject(**spec)
+                choices: list[dict[str, Any]] = [
+                    {"status": 500, "times": 2, "routes": ["load", "unload"]},
+                    {"delay_s": 1.5, "times": 1, "routes": ["load", "models"]},
+                    {"refuse": True, "times": 2},
+                    {"restart_mid_load": True, "times": 1},
+                ]
+                replica.inject(**rng.choice(choices))
         elif choice == 3:
             stack.filer.inject(status=503, times=rng.randint(1, 8), methods=("GET",))
         else:
@@ -152,15 +167,43 @@ class Chaos:
             self.by_op[action.__name__] = self.by_op.get(action.__name__, 0) + 1
 
 
+def capacity_bound(env: Env) -> int:
+    """Adapters capacity binds on now: SGLang ones left out (EngineCapacityExceeded) plus vLLM
+    pods that hold one reloadable rather than resident."""
+
+    def items(kind: Kind) -> list[dict[str, Any]]:
+        found = env.stack.custom.list_namespaced_custom_object(
+            kind.group, kind.version, env.namespace, kind.plural
+        )
+        return list(found["items"])
+
+    bound = 0
+    for obj in items(SGLANG_ADAPTER):
+        for cond in (obj.get("status") or {}).get("conditions") or []:
+            if cond.get("type") == reasons.LOADED and cond.get("reason") == reasons.ENGINE_CAPACITY_EXCEEDED:
+                bound += 1
+    for obj in items(VLLM_ADAPTER):
+        served = (obj.get("status") or {}).get("served") or []
+        bound += sum(1 for s in served if s.get("residency") == "reloadable")
+    return bound
+
+
 def test_chaos_soak(rstack: Stack) -> None:
     rng = random.Random(SEED)
     rstack.settle()
     env = Env.new(rstack, "soak")
-    env.deployment("d1", 2, [])
-    env.deployment("d2", 1, [])
-    env.service("svc", 2)
+    env.deployment("d1", 2, [], VLLM_ARGS)
+    env.deployment("d2", 1, [], VLLM_ARGS)
+    env.service("svc", 2, SGLANG_ARGS)
     env.wait_pods(md={"d1": 2, "d2": 1}, isvc={"svc": 2})
     chaos = Chaos(rstack, env, rng)
+    # more adapters than the engines hold from the start, so the first checkpoint already binds
+    for _ in range(SGLANG_SLOTS + 1):
+        chaos.create_sglang()
+    for _ in range(3):
+        chaos.create_vllm()
+    env.cluster.patch(MODEL_DEPLOYMENT, "d1", {"spec": {"loraAdapters": sorted(chaos.v1)}})
+    bound_max = 0
     meter = Meter(rstack)
     duration = soak_seconds()
     started = time.monotonic()
@@ -173,6 +216,7 @@ def test_chaos_soak(rstack: Stack) -> None:
         if now >= next_check or done:
             violations, _ = quiesce_and_check(rstack, [env.namespace])
             checkpoints += 1
+            bound_max = max(bound_max, capacity_bound(env))
             found += violations
             if violations:
                 print(f"\ncheckpoint {checkpoints}: {len(violations)} violation(s)")
@@ -197,7 +241,9 @@ def test_chaos_soak(rstack: Stack) -> None:
         "dead_lettered": figures["dead_lettered"],
         "checkpoints": checkpoints,
         "violations": len(found),
+        "capacity_bound_max": bound_max,
     }
     record_result("soak" if duration <= 120 else f"soak.{int(duration)}s", result)
     print("\nchaos soak: " + ", ".join(f"{k}={v}" for k, v in result.items()) + f"; ops {chaos.by_op}")
     assert found == [], invariant.report(found)
+    assert bound_max > 0, "capacity never bound at a checkpoint: the capacity rules were not exercised"

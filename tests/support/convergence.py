@@ -61,15 +61,19 @@ class Env:
         return env
 
     # -- targets ---------------------------------------------------------------------------------
-    def deployment(self, name: str, replicas: int, adapters: list[str]) -> None:
-        self.cluster.create(
-            MODEL_DEPLOYMENT, name, {"model": self.model, "replicas": replicas, "loraAdapters": adapters}
-        )
+    def deployment(
+        self, name: str, replicas: int, adapters: list[str], engine_args: list[str] | None = None
+    ) -> None:
+        spec: dict[str, Any] = {"model": self.model, "replicas": replicas, "loraAdapters": adapters}
+        if engine_args:
+            spec["engineArgs"] = engine_args
+        self.cluster.create(MODEL_DEPLOYMENT, name, spec)
 
-    def service(self, name: str, replicas: int) -> None:
-        self.cluster.create(
-            INFERENCE_SERVICE, name, {"runtime": "sglang", "model": "qwen", "replicas": replicas}
-        )
+    def service(self, name: str, replicas: int, engine_args: list[str] | None = None) -> None:
+        spec: dict[str, Any] = {"runtime": "sglang", "model": "qwen", "replicas": replicas}
+        if engine_args:
+            spec["engineArgs"] = engine_args
+        self.cluster.create(INFERENCE_SERVICE, name, spec)
 
     def md_pods(self, name: str) -> list[dict[str, Any]]:
         return self.cluster.pods(f"{MODEL_DEPLOYMENT_LABEL}={name}")
