@@ -194,6 +194,18 @@ def _storm(
     }
 
 
+def _load(http: httpx.Client, url: str, body: dict[str, str]) -> httpx.Response:
+    """One engine load (idempotent), sent again when 80 threads on one httpx pool lose its connection
+    ("Bad file descriptor" in the first full run on the real server)."""
+    for attempt in range(3):
+        try:
+            return http.post(url, json=body)
+        except httpx.TransportError:
+            if attempt == 2:
+                raise
+    raise AssertionError("unreachable")
+
+
 def _reference(stack: Stack, names: list[str], deployment: str, concurrency: int) -> float:
     """The minimal HTTP sequence for every adapter, WIDTH adapters at a time (functions idle)."""
     for name in names:
@@ -236,7 +248,7 @@ def _reference(stack: Stack, names: list[str], deployment: str, concurrency: int
             urls = deployment_engines(http, kube, auth, deployment)
             path = engine_path(str(stack.mount_root), directory)
             body = {"lora_name": name, "lora_path": path}
-            calls = [loads.submit(http.post, u + "/v1/load_lora_adapter", json=body) for u in urls]
+            calls = [loads.submit(_load, http, u + "/v1/load_lora_adapter", body) for u in urls]
             for call in calls:
                 call.result().raise_for_status()
             loaded = {"usedBy": [deployment], "conditions": [ready, _condition("Loaded", "Loaded")]}
