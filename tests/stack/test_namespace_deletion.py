@@ -37,6 +37,7 @@ def test_a_deleted_namespace_unloads_its_adapters_and_goes(stack: Stack) -> None
     prefix = cluster.namespace + "/"
     eventually(
         lambda: not [key for key, _ in stack.workload.fleet.items() if key.startswith(prefix)],
+        timeout=90,
         what="the namespace's engines stopped",
     )
     assert stack.broker.counters.dead_lettered == 0, stack.sink.events
