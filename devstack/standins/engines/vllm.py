@@ -349,6 +349,7 @@ class VllmReplica(EngineReplica):
                         current.path = path
                         current.static = False
                         current.md5s = checked.md5s
+                        self._adapters._changed()  # the listing's `root` names the new path
                         lora_id = self._ids.setdefault(name, next(_LORA_IDS))
                     else:
                         self.put_adapter(LoadedAdapter(name, path, md5s=checked.md5s))
