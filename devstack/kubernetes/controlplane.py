@@ -133,11 +133,12 @@ class ControlPlane:
         self.stop()
 
     def stop(self) -> None:
+        """Everything goes with it, so nothing waits for a graceful end: a second each."""
         with self._lock:
             process, self._controller_manager = self._controller_manager, None
-        self._halt(process, 5.0)
-        self.stop_apiserver()
-        self.stop_etcd()
+        self._halt(process, 1.0)
+        self.stop_apiserver(grace_s=1.0)
+        self.stop_etcd(grace_s=1.0)
         for opened in self._logs:
             opened.close()
         self._logs.clear()

@@ -151,13 +151,23 @@ def test_serve_writes_endpoints_and_stops_cleanly(served: tuple[subprocess.Popen
         bucket_dir = f"/buckets/{storage['s3']['bucket']}"
         assert httpx.get(storage["filer"] + bucket_dir + "/loraadapters/x/m/a/readme.txt").content == b"hi"
 
-    # the filer source (both backends' notifications), and killed from outside: started again
-    changed = eventually(
-        lambda: [
+    # the filer source (both backends' notifications), and killed from outside: started again.
+    # A first start follows the log from its own start on, which may come after the write above:
+    # each look writes the file again, as a user's next upload would.
+    bucket_prefix = f"/buckets/{storage['s3']['bucket']}" if storage["backend"] == "s3" else ""
+
+    def source_changes() -> list[dict[str, Any]]:
+        httpx.put(storage["filer"] + bucket_prefix + "/loraadapters/x/m/a/readme.txt", content=b"hi")
+        return [
             e
             for e in httpx.get(endpoints["broker"]["url"] + "_devstack/events", params={"since": 0}).json()
             if e["type"] == "io.loraflow.file.changed.v1" and re.fullmatch(r"-?\d+-\d+", e["id"])
-        ],
+        ]
+
+    changed = eventually(
+        source_changes,
+        timeout=60,
+        interval=1.0,
         what="a file.changed from the filer source (its ids name the log position)",
     )
     if storage["backend"] == "s3":
