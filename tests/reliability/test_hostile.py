@@ -299,7 +299,9 @@ def test_a_pod_at_the_api_servers_address_is_never_called(world: Testbed) -> Non
     ns = world.namespace()
     ready_adapter(world, ns, "a1")
     deployment(world, ns, "d1", 1, ["a1"])
-    host, port = httpx.URL(world.kube.url).host, httpx.URL(world.kube.url).port
+    # the address the functions know as their API server (the fault proxy in front of it here)
+    api = httpx.URL(world.kube.functions_url)
+    host, port = api.host, api.port
     assert port is not None
     world.core.create_namespaced_pod(
         ns,
