@@ -253,20 +253,28 @@ class FilerStorage:
         (hashlib releases the GIL), so throughput approaches the slower of the two rather
         than their sum; memory stays bounded by the queue (a few chunks).
         """
+        response = self._stream(path)
+        if response is None:
+            return None
         try:
-            response = self._pool.request("GET", self._base + quote_path(path), preload_content=False)
-        except urllib3.exceptions.HTTPError as err:
-            raise StorageUnavailable(f"filer GET {path}: {err}") from err
-        try:
-            if response.status == 404:
-                return None
-            if response.status >= 400:
-                raise StorageUnavailable(f"filer GET {path}: HTTP {response.status}")
             if int(response.headers.get("Content-Length") or 0) > max_bytes:
                 return None
             return _pipelined_md5(response, max_bytes)
         finally:
             response.release_conn()
+
+    def _stream(self, path: str) -> urllib3.BaseHTTPResponse | None:
+        """The file's bytes, not yet read (the caller releases the connection); None: not there."""
+        try:
+            response = self._pool.request("GET", self._base + quote_path(path), preload_content=False)
+        except urllib3.exceptions.HTTPError as err:
+            raise StorageUnavailable(f"filer GET {path}: {err}") from err
+        if response.status < 400:
+            return response
+        response.release_conn()
+        if response.status == 404:
+            return None
+        raise StorageUnavailable(f"filer GET {path}: HTTP {response.status}")
 
     def read_small(self, path: str, max_bytes: int) -> bytes | None:
         """The file's bytes (None: not there); ContentTooLarge past `max_bytes` or compressed."""
@@ -314,15 +322,10 @@ class FilerStorage:
         attribute, so the copy's bytes would need a second read to be checked; this one reads
         the source once and writes once, and is checked by the filer on the way in.
         """
+        got = self._stream(source)
+        if got is None:
+            return False
         try:
-            got = self._pool.request("GET", self._base + quote_path(source), preload_content=False)
-        except urllib3.exceptions.HTTPError as err:
-            raise StorageUnavailable(f"filer GET {source}: {err}") from err
-        try:
-            if got.status == 404:
-                return False
-            if got.status >= 400:
-                raise StorageUnavailable(f"filer GET {source}: HTTP {got.status}")
             if int(got.headers.get("Content-Length") or -1) != size:
                 return False  # changed since it was verified
             digest = binascii.b2a_base64(bytes.fromhex(md5), newline=False).decode()
