@@ -14,6 +14,7 @@ from cloudevents.http import CloudEvent
 
 from events.domain import ADAPTER_ADMITTED, ADAPTER_DRIFTED, ADAPTER_READY, RESYNC_SHARD, STEP_EXTENSION
 from events.external import PING
+from functions.logic.paths import FROZEN_ROOT
 from functions.resources.kinds import (
     FINALIZER,
     INFERENCE_SERVICE,
@@ -246,3 +247,20 @@ def test_a_full_resync_restats_the_ready_adapters_too(world: Testbed) -> None:
     assert restats == {(V1, "synced"), (V1, "missing"), (V1, "stale"), (V1, "unverified"), (V1, "extra")}
     assert reasons(events)[("synced", "stat")] == reason
     assert [e for e in summary(events) if e[2] != "stat"] == [e for e in EXPECTED if e[2] != "stat"]
+
+
+def test_a_full_resync_deletes_the_frozen_sets_no_adapter_accounts_for(world: Testbed) -> None:
+    """On the real filer and as resync's own account: a frozen set whose adapter is gone goes, the
+    set a live adapter records stays."""
+    ns = world.namespace()
+    v1_adapter(world, ns, "kept")
+    digest = "a" * 32
+    kept = f"{FROZEN_ROOT}/{ns}/m1/kept/{digest}/adapter_config.json"
+    record = {"fileSet": f"md5set:{digest}", "path": kept.rsplit("/", 1)[0] + "/", "size": 2}
+    set_status(world, VLLM_ADAPTER, ns, "kept", {"frozen": [{**record, "frozenAt": "2026-01-01T00:00:00Z"}]})
+    gone = f"{FROZEN_ROOT}/{ns}/m1/gone/{digest}/adapter_config.json"
+    for path in (kept, gone):
+        world.upload(path, b"{}")
+    resync(world, ns, {"resync": True, "full": True, "reason": "a test"})
+    assert world.http.get(world.seaweed.server.url + gone).status_code == 404
+    assert world.http.get(world.seaweed.server.url + kept).status_code == 200

@@ -52,17 +52,32 @@ def test_an_object_too_large_to_store_is_refused_not_retried(
 
 
 def test_a_function_account_is_refused_what_its_role_does_not_grant(
-    plane: ControlPlane, namespace: str, tmp_path: Path
+    plane: ControlPlane, api: httpx.Client, namespace: str, tmp_path: Path
 ) -> None:
-    """The product's client with a TokenRequest token of resync's ServiceAccount: its lists
+    """The product's client with a TokenRequest token of an account bound to resync's ClusterRole
+    in one namespace (its own account stays clean for the audit's "never denied" check): its lists
     are served, a list of Models (granted `get` only) is a permanent 403 refusal."""
-    token = plane.service_account_token("loraflow", "loraflow-resync")
-    resync = Kube(connect(str(plane.write_kubeconfig(tmp_path / "kubeconfig", token))))
-    assert resync.list_all(VLLM_ADAPTER, namespace) == []
+    api.post(
+        f"/api/v1/namespaces/{namespace}/serviceaccounts", json={"metadata": {"name": "reader"}}
+    ).raise_for_status()
+    binding = {
+        "metadata": {"name": "reader"},
+        "roleRef": {
+            "apiGroup": "rbac.authorization.k8s.io",
+            "kind": "ClusterRole",
+            "name": "loraflow-resync",
+        },
+        "subjects": [{"kind": "ServiceAccount", "name": "reader", "namespace": namespace}],
+    }
+    rbac = f"/apis/rbac.authorization.k8s.io/v1/namespaces/{namespace}/rolebindings"
+    api.post(rbac, json=binding).raise_for_status()
+    token = plane.service_account_token(namespace, "reader")
+    reader = Kube(connect(str(plane.write_kubeconfig(tmp_path / "kubeconfig", token))))
+    assert reader.list_all(VLLM_ADAPTER, namespace) == []
     with pytest.raises(KubeRefused) as refused:
-        resync.list_all(MODEL, namespace)
+        reader.list_all(MODEL, namespace)
     assert refused.value.status == 403
-    assert "loraflow-resync" in str(refused.value) and "cannot list resource" in str(refused.value)
+    assert f"{namespace}:reader" in str(refused.value) and "cannot list resource" in str(refused.value)
 
 
 def test_keepalive_tls_checks_the_name_asked_for(plane: ControlPlane) -> None:

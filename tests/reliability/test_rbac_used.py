@@ -158,6 +158,8 @@ def lifecycle(world: Testbed) -> None:
         assert ns in {name for part in parts for name in part.get_data()["namespaces"]}  # type: ignore[index]
         for part in parts:
             send(world, "resync", part)
+    # a full tick (the filer source's, after its log lost events) also reads each adapter a frozen set names
+    send(world, "resync", world.event(PING, {"resync": True, "full": True, "reason": "a test"}))
     rest_of_the_paths(world, ns, pod["metadata"]["name"], pod_obj, integrity)
     # unload: the adapter is deleted; our finalizer holds it until every pod is clean
     world.custom.delete_namespaced_custom_object(
