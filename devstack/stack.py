@@ -444,7 +444,12 @@ class Stack:
             self._http.delete(self.seaweed.url + marker)
         if self.notifications != "webhook":
             delivered = self._source_barrier(timeout) and delivered
-        return self.broker.wait_idle(timeout, quiet=quiet) and delivered
+        idle = self.broker.wait_idle(timeout, quiet=quiet)
+        if not (idle and delivered):
+            log.warning(
+                "not settled in %.0f s: notifications out %s, broker idle %s", timeout, delivered, idle
+            )
+        return idle and delivered
 
     def _source_barrier(self, timeout: float) -> bool:
         """A marker in the watched layout that no adapter owns (`.settle` is no namespace):

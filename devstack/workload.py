@@ -1,14 +1,14 @@
 """Workload stand-in: what other operators do in a cluster, turning targets into Pods.
 
 For every ModelDeployment and InferenceService it keeps `spec.replicas` Pod objects in the
-Kubernetes stand-in and as many engine replicas of the right runtime, each on its own
+real API server and as many engine replicas of the right runtime, each on its own
 127.0.0.x address (the Pod's `status.podIP`) with a container port named `http`:
 - scaling adds or removes both (ReplicaSet semantics: new pods get new names and addresses);
 - an engine restart flips the Pod to not Ready, bumps `restartCount`, and back to Ready once
   the engine answers /health (kubelet readiness probe semantics);
 - a deleted Pod is replaced by a new one (new name, new address).
 `sync()` reconciles once (tests call it for determinism); `run()` reconciles on every watch
-event in a background thread (the embedded stack).
+event in a background thread and, each second, stops the engines whose Pod is gone (the embedded stack).
 """
 
 from __future__ import annotations
@@ -252,6 +252,16 @@ class Workload:
             )
             thread.start()
             self._threads.append(thread)
+        reaper = threading.Thread(target=self._reap, daemon=True, name="workload-pods")
+        reaper.start()
+        self._threads.append(reaper)
+
+    def _reap(self) -> None:
+        """Stop the engines whose Pod went without its target changing (the namespace controller
+        or the garbage collector deleting it), as a kubelet stops the containers of a Pod that is gone."""
+        while not self._stop.wait(1.0):
+            with contextlib.suppress(Exception), self._lock:
+                self._drop_orphans()
 
     def _watch(self, kind: Kind) -> None:
         while not self._stop.is_set():

@@ -94,4 +94,4 @@ def test_files_become_ready_and_loaded_and_survive_a_killed_source(stack: Stack,
     # the second file's event comes from the restarted source (stat may have seen the file first)
     wanted = {directory + name for name in files}
     eventually(lambda: {e["subject"] for e in received(stack, FILE_CHANGED, directory)} == wanted)
-    assert stack.settle()
+    assert stack.settle(timeout=30)  # the restarted source replays from its cursor first
