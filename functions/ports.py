@@ -2,14 +2,16 @@
 
 Small Protocols, so that `Deps` is typed end to end (mypy checks every call a handler makes),
 the production adapters in `functions/adapters/` satisfy them structurally, and the fakes in
-`tests/support/fakes.py` are type-checked against the same contract.
+`tests/support/fakes.py` are type-checked against the same contract. The values that cross a
+port (`StoredFile`, `CallResult`) are defined here, beside it: the ports sit below the adapters
+and import none of them.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
+from typing import Any, NamedTuple, Protocol
 
 from cloudevents.http import CloudEvent
 
@@ -17,10 +19,6 @@ from functions.logic.capacity import Capacity
 from functions.logic.pods import Endpoint
 from functions.logic.serving import ListingFailure
 from functions.resources.kinds import Kind
-
-if TYPE_CHECKING:  # the adapters import httpx/urllib3: only a step that uses one pays for it
-    from functions.adapters.engines import CallResult
-    from functions.adapters.storage import StoredFile
 
 Obj = dict[str, Any]
 StatusFn = Callable[[Obj], Obj | None]
@@ -35,6 +33,27 @@ class Written(NamedTuple):
     changed: bool
     before: Obj | None = None
     """The object the successful attempt started from (after any 409 re-reads)."""
+
+
+class StoredFile(NamedTuple):
+    """A file as storage lists it."""
+
+    path: str
+    size: int
+    md5: str | None
+    """Hex MD5 as the backend reported it; None when it reported none."""
+    version: str | None = None
+    """For a file listed without an MD5: a token that changes whenever its bytes do (the filer's
+    chunk file ids, inode and mtime; the S3 ETag), so that a same-size replacement is seen."""
+
+
+class CallResult(NamedTuple):
+    """An engine's answer to a load, replace or unload."""
+
+    ok: bool
+    reason: str
+    message: str = ""
+    retryable: bool = False
 
 
 class KubePort(Protocol):
@@ -126,3 +145,4 @@ class BrokerPort(Protocol):
     def publish(self, event: CloudEvent, timeout: float | None = None) -> None:
         """POST the event to the Broker; `timeout` caps this attempt."""
         ...
+

@@ -16,12 +16,12 @@ from cloudevents.http import CloudEvent
 
 from events.domain import ADAPTER_DRIFTED, ADAPTER_LOADED_V2, ADAPTER_READY, POD_RELOADED, STEP_EXTENSION
 from functions import load, reload, unload
-from functions.adapters.engines import CallResult
 from functions.edge.bootstrap import Deps
 from functions.errors import EngineUnavailable
 from functions.logic import reasons
 from functions.logic.facts import file_set
 from functions.logic.serving import ListingFailure
+from functions.ports import CallResult
 from functions.resources.kinds import SGLANG_ADAPTER, VLLM_ADAPTER
 from functions.settings import Settings
 from tests.support.fakes import FakeBroker, FakeConfigs, FakeEngines, FakeKube, FakeStorage

@@ -22,13 +22,11 @@ from typing import Any
 
 from cloudevents.http import CloudEvent
 
-from functions.adapters.engines import CallResult
-from functions.adapters.storage import StoredFile
 from functions.logic import reasons
 from functions.logic.capacity import Capacity
 from functions.logic.pods import Endpoint
 from functions.logic.serving import ListingFailure
-from functions.ports import FinalizersFn, StatusFn, Written
+from functions.ports import CallResult, FinalizersFn, StatusFn, StoredFile, Written
 from functions.resources.kinds import Kind
 
 Obj = dict[str, Any]
