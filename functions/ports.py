@@ -19,6 +19,7 @@ from functions.logic.capacity import Capacity
 from functions.logic.pods import Endpoint
 from functions.logic.serving import ListingFailure
 from functions.resources.kinds import Kind
+from functions.settings import Settings
 
 Obj = dict[str, Any]
 StatusFn = Callable[[Obj], Obj | None]
@@ -146,3 +147,22 @@ class BrokerPort(Protocol):
         """POST the event to the Broker; `timeout` caps this attempt."""
         ...
 
+
+class ServingPorts(Protocol):
+    """What the serving steps' I/O (functions/adapters/fleet.py) reads and calls. The steps'
+    `Deps` is one: fleet sits below the edge, so it names the ports, not the composition root."""
+
+    @property
+    def settings(self) -> Settings: ...
+
+    @property
+    def clock(self) -> Callable[[], datetime]: ...
+
+    @property
+    def kube(self) -> KubePort: ...
+
+    @property
+    def engines(self) -> EnginesPort: ...
+
+    @property
+    def configs(self) -> ConfigsPort: ...

@@ -1,9 +1,12 @@
 """The serving steps' I/O: observe a world, run the planned engine calls, write the statuses.
 
-    observed = observe(deps, request)                 # objects, Ready pods, listings, configs
+    observed = observe(ports, request)                  # objects, Ready pods, listings, configs
     desire = serving.desired(observed.world)
-    result = execute(deps, observed, desire, request)  # listings and calls, pipelined per pod
-    reports = write_statuses(deps, observed, result)   # one guarded write per adapter
+    result = execute(ports, observed, desire, request)  # listings and calls, pipelined per pod
+    reports = write_statuses(ports, observed, result)   # one guarded write per adapter
+
+`ports` is what it reads and calls (`functions.ports.ServingPorts`): the steps pass their Deps,
+whose ports are built on first use.
 
 What is read for a request (the trigger mappers in load, reload and unload build requests):
 - an adapter by key: it, the ModelDeployments of its namespace (vllm: usedBy) or its
@@ -26,7 +29,6 @@ from functools import partial
 from typing import Any, NamedTuple
 
 from functions.adapters.concurrency import Task, bounded_map, pipeline, run_tasks, side_by_side
-from functions.edge.bootstrap import Deps
 from functions.logic import adapter_config, capacity, facts, reasons, serving
 from functions.logic.capacity import Capacity
 from functions.logic.loaded import FAILING, describe_failures, sglang_status, vllm_status
@@ -55,7 +57,7 @@ from functions.logic.serving import (
     TargetKey,
     World,
 )
-from functions.ports import Written
+from functions.ports import ServingPorts, Written
 from functions.resources.kinds import (
     INFERENCE_SERVICE,
     INFERENCE_SERVICE_LABEL,
@@ -116,12 +118,12 @@ class Executed(NamedTuple):
 
 
 # -- observe ----------------------------------------------------------------------------------------
-def observe(deps: Deps, request: Request) -> Observed:
+def observe(ports: ServingPorts, request: Request) -> Observed:
     """Reads that do not depend on each other go out side by side (`LORAFLOW_LOAD_CONCURRENCY`
     wide): the objects a request names, then the pods and the adapter configs. Each is on the
     path of every load event before its first engine call."""
-    kube = deps.kube
-    settings = deps.settings
+    kube = ports.kube
+    settings = ports.settings
     width = settings.load_concurrency
     objects: dict[AdapterKey, Obj] = {}
     target_objects: dict[TargetKey, Obj] = {}
@@ -177,19 +179,19 @@ def observe(deps: Deps, request: Request) -> Observed:
                 objects.setdefault(AdapterKey("sglang", facts.namespace_of(obj), facts.name_of(obj)), obj)
 
     # the pods, and the adapters' configs beside them (those depend on the objects alone)
-    adapters = _adapters(deps, objects)
+    adapters = _adapters(ports, objects)
     config_keys = _needing_config(adapters, targets)
     asked = [t for t in sorted(request.targets) if targets.get(t) is not None]
     endpoints: dict[tuple[TargetKey, str], Endpoint] = {}
     verdicts: dict[AdapterKey, adapter_config.ConfigVerdict] = {}
     pod_args: PodArgs = {}
     if asked:  # which other targets are watched depends on what the asked ones' pods serve
-        endpoints, verdicts = _pods_and_configs(deps, asked, objects, config_keys, pod_args)
+        endpoints, verdicts = _pods_and_configs(ports, asked, objects, config_keys, pod_args)
         config_keys = []
     relevant = _relevant(request, objects, targets, {(t, pod) for t, pod in endpoints})
     watched = _watched_targets(request, relevant, objects, targets)
     more, more_verdicts = _pods_and_configs(
-        deps, [t for t in sorted(watched) if t not in request.targets], objects, config_keys, pod_args
+        ports, [t for t in sorted(watched) if t not in request.targets], objects, config_keys, pod_args
     )
     endpoints |= more
     for key, verdict in (verdicts | more_verdicts).items():
@@ -202,7 +204,7 @@ def observe(deps: Deps, request: Request) -> Observed:
     policy = Policy(mount_root=settings.mount_root, sglang_roots=settings.sglang_root_paths())
     world = World(adapters=adapters, targets=targets, pods=pods, policy=policy)
     world = _with_listings(
-        deps, world, endpoints, _to_list(request, world, endpoints), pod_args, target_objects
+        ports, world, endpoints, _to_list(request, world, endpoints), pod_args, target_objects
     )
     scope = serving.Scope(
         adapters=None if request.targets else frozenset(request.adapters),
@@ -282,15 +284,15 @@ def _watched_targets(
     return {t for t in watched if targets.get(t) is not None}
 
 
-def endpoint_of(deps: Deps, pod: Obj, target: TargetKey) -> Endpoint | None:
+def endpoint_of(ports: ServingPorts, pod: Obj, target: TargetKey) -> Endpoint | None:
     """The engine of one of `target`'s pods, unless its address is one we never call."""
-    return _endpoint(pod, target, never_called(deps))
+    return _endpoint(pod, target, never_called(ports))
 
 
-def never_called(deps: Deps) -> Denied:
+def never_called(ports: ServingPorts) -> Denied:
     """The check of the addresses we never call, as the settings and the API server say."""
-    settings = deps.settings
-    return _never_called(settings.engine_deny, settings.loopback_engines, deps.kube.server)
+    settings = ports.settings
+    return _never_called(settings.engine_deny, settings.loopback_engines, ports.kube.server)
 
 
 @functools.lru_cache(maxsize=16)
@@ -311,7 +313,7 @@ PodArgs = dict[tuple[TargetKey, str], list[object]]
 
 
 def _pods_and_configs(
-    deps: Deps,
+    ports: ServingPorts,
     watched: Sequence[TargetKey],
     objects: Mapping[AdapterKey, Obj],
     config_keys: Sequence[AdapterKey],
@@ -320,11 +322,11 @@ def _pods_and_configs(
     """The engines of `watched`'s pods (label-selected in each target's namespace) and the
     configs of `config_keys`, read side by side."""
     reads = [
-        partial(_listed, deps.kube, POD, key.namespace, f"{LABELS[key.kind]}={key.name}") for key in watched
-    ] + [partial(_config, deps, objects[key]) for key in config_keys]
-    answers = side_by_side(reads, deps.settings.load_concurrency)
+        partial(_listed, ports.kube, POD, key.namespace, f"{LABELS[key.kind]}={key.name}") for key in watched
+    ] + [partial(_config, ports, objects[key]) for key in config_keys]
+    answers = side_by_side(reads, ports.settings.load_concurrency)
     found: dict[tuple[TargetKey, str], Endpoint] = {}
-    denied = never_called(deps)
+    denied = never_called(ports)
     for key, listed in zip(watched, answers[: len(watched)], strict=True):
         for pod in listed:
             ep = _endpoint(pod, key, denied)
@@ -353,12 +355,12 @@ def _needing_config(
     ]
 
 
-def _config(deps: Deps, obj: Obj) -> adapter_config.ConfigVerdict:
+def _config(ports: ServingPorts, obj: Obj) -> adapter_config.ConfigVerdict:
     from functions.adapters.storage import ContentTooLarge
 
     path = facts.config_path(obj)
     try:
-        raw = deps.configs.get(path, facts.config_md5(obj)) if path else None
+        raw = ports.configs.get(path, facts.config_md5(obj)) if path else None
     except ContentTooLarge as err:
         message = (
             f"{adapter_config.CONFIG_FILE} is larger than {adapter_config.CONFIG_MAX_BYTES} bytes: {err}"
@@ -367,9 +369,9 @@ def _config(deps: Deps, obj: Obj) -> adapter_config.ConfigVerdict:
     return adapter_config.check(raw, RANK_UNBOUNDED)
 
 
-def _adapters(deps: Deps, objects: Mapping[AdapterKey, Obj]) -> dict[AdapterKey, Adapter]:
+def _adapters(ports: ServingPorts, objects: Mapping[AdapterKey, Obj]) -> dict[AdapterKey, Adapter]:
     """Each adapter as the planner sees it (a vllm one's config verdict is added once read)."""
-    mount = deps.settings.mount_root
+    mount = ports.settings.mount_root
     return {
         key: facts.sglang_adapter(obj) if key.kind == "sglang" else facts.vllm_adapter(obj, mount)
         for key, obj in objects.items()
@@ -398,7 +400,7 @@ def _to_list(
 
 
 def _with_listings(
-    deps: Deps,
+    ports: ServingPorts,
     world: World,
     endpoints: Mapping[tuple[TargetKey, str], Endpoint],
     to_list: set[tuple[TargetKey, str]],
@@ -410,15 +412,15 @@ def _with_listings(
 
     def read(where: tuple[TargetKey, str]) -> tuple[serving.Listing, Capacity]:
         ep = endpoints[where]
-        listing = deps.engines.listing(ep) if where in to_list else None
+        listing = ports.engines.listing(ep) if where in to_list else None
         if isinstance(listing, ListingFailure):
             return listing, capacity.unbounded(ep.runtime)
-        reported = deps.engines.capacity(ep)
+        reported = ports.engines.capacity(ep)
         spec = facts.spec(target_objects.get(where[0]) or {}).get("engineArgs")
         spec_args = spec if isinstance(spec, list) else None
         return listing, capacity.of_pod(ep.runtime, reported, pod_args.get(where), spec_args)
 
-    read_all = dict(bounded_map(wanted, read, deps.settings.load_concurrency))
+    read_all = dict(bounded_map(wanted, read, ports.settings.load_concurrency))
     pods = {
         t: tuple(
             p._replace(listing=read_all[(t, p.name)][0], capacity=read_all[(t, p.name)][1])
@@ -432,7 +434,7 @@ def _with_listings(
 
 
 # -- execute ----------------------------------------------------------------------------------------
-def execute(deps: Deps, observed: Observed, desire: Desire | None = None) -> Executed:
+def execute(ports: ServingPorts, observed: Observed, desire: Desire | None = None) -> Executed:
     """List (when not yet listed) and call, pipelined per pod; a failing pod never blocks another.
 
     Pods that answered "already loaded" to a load made without a listing are listed and planned
@@ -444,16 +446,16 @@ def execute(deps: Deps, observed: Observed, desire: Desire | None = None) -> Exe
     outcomes: list[Outcome] = []
     listed: dict[tuple[TargetKey, str], Any] = {}
     lock = threading.Lock()
-    width = deps.settings.load_concurrency
+    width = ports.settings.load_concurrency
 
     def run(action: Action) -> None:
-        outcome = call(deps, observed.endpoints[(action.target, action.pod)], action)
+        outcome = call(ports, observed.endpoints[(action.target, action.pod)], action)
         with lock:
             outcomes.append(outcome)
 
     def per_pod(pod: Pod, fetch: bool) -> list[Task]:
         if fetch:
-            listing = deps.engines.listing(observed.endpoints[(pod.target, pod.name)])
+            listing = ports.engines.listing(observed.endpoints[(pod.target, pod.name)])
             with lock:
                 listed[(pod.target, pod.name)] = listing
             pod = pod._replace(listing=listing)
@@ -502,18 +504,18 @@ def _set_listings(world: World, listed: Mapping[tuple[TargetKey, str], Any]) -> 
     return world._replace(pods=pods)
 
 
-def call(deps: Deps, ep: Endpoint, action: Action) -> Outcome:
+def call(ports: ServingPorts, ep: Endpoint, action: Action) -> Outcome:
     if action.op == "load":
-        result = deps.engines.load(ep, action.lora_name, action.lora_path)
+        result = ports.engines.load(ep, action.lora_name, action.lora_path)
     elif action.op == "replace":
-        result = deps.engines.replace(ep, action.lora_name, action.lora_path)
+        result = ports.engines.replace(ep, action.lora_name, action.lora_path)
     else:
-        result = deps.engines.unload(ep, action.lora_name)
+        result = ports.engines.unload(ep, action.lora_name)
     return Outcome(action, result.ok, result.reason, result.message, result.retryable)
 
 
 def undo_if_deleted(
-    deps: Deps, observed: Observed, outcomes: Sequence[Outcome], proven: Iterable[AdapterKey] = ()
+    ports: ServingPorts, observed: Observed, outcomes: Sequence[Outcome], proven: Iterable[AdapterKey] = ()
 ) -> list[Outcome]:
     """Take back what this invocation loaded for an adapter being deleted (or gone) meanwhile.
 
@@ -528,18 +530,18 @@ def undo_if_deleted(
     keys = {o.action.adapter for o in loaded} - set(proven)
     if not keys:
         return []
-    gone = keys - still_alive(deps, keys)
+    gone = keys - still_alive(ports, keys)
     undo = [
         o.action._replace(op="unload", lora_path="", file_set="") for o in loaded if o.action.adapter in gone
     ]
     done = bounded_map(
-        undo, lambda a: call(deps, observed.endpoints[(a.target, a.pod)], a), deps.settings.load_concurrency
+        undo, lambda a: call(ports, observed.endpoints[(a.target, a.pod)], a), ports.settings.load_concurrency
     )
     return [outcome for _, outcome in done]
 
 
 def take_back_if_deleted(
-    deps: Deps, observed: Observed, executed: Executed, reported: Mapping[AdapterKey, Reported]
+    ports: ServingPorts, observed: Observed, executed: Executed, reported: Mapping[AdapterKey, Reported]
 ) -> tuple[Executed, dict[AdapterKey, Reported]]:
     """`undo_if_deleted` after the status writes, and the reports of what it took back.
 
@@ -551,7 +553,7 @@ def take_back_if_deleted(
     never written: `write_statuses` skips it).
     """
     proven = {key for key, item in reported.items() if item.written is not None and item.written.changed}
-    undone = undo_if_deleted(deps, observed, executed.outcomes, proven)
+    undone = undo_if_deleted(ports, observed, executed.outcomes, proven)
     if not undone:
         return executed, dict(reported)
     outcomes = executed.outcomes + tuple(undone)
@@ -563,7 +565,7 @@ def take_back_if_deleted(
     }
 
 
-def still_alive(deps: Deps, keys: Iterable[AdapterKey]) -> set[AdapterKey]:
+def still_alive(ports: ServingPorts, keys: Iterable[AdapterKey]) -> set[AdapterKey]:
     """Which adapters exist and are not being deleted, read now: one GET for a single adapter,
     one list per kind and namespace for several (a restart reloads 50 at once)."""
     groups: dict[tuple[str, str], set[str]] = {}
@@ -573,10 +575,10 @@ def still_alive(deps: Deps, keys: Iterable[AdapterKey]) -> set[AdapterKey]:
     for (kind, namespace), names in groups.items():
         if len(names) == 1:
             (name,) = names
-            found = deps.kube.get(ADAPTER_KINDS[kind], namespace, name)
+            found = ports.kube.get(ADAPTER_KINDS[kind], namespace, name)
             objs = [found] if found is not None else []
         else:
-            objs = [o for o in deps.kube.iter(ADAPTER_KINDS[kind], namespace) if facts.name_of(o) in names]
+            objs = [o for o in ports.kube.iter(ADAPTER_KINDS[kind], namespace) if facts.name_of(o) in names]
         alive |= {AdapterKey(kind, namespace, facts.name_of(o)) for o in objs if not facts.deleting(o)}  # type: ignore[arg-type]
     return alive
 
@@ -601,12 +603,12 @@ class Reported(NamedTuple):
     """None: the adapter is gone, being deleted, or changed under us."""
 
 
-def write_statuses(deps: Deps, observed: Observed, executed: Executed) -> dict[AdapterKey, Reported]:
+def write_statuses(ports: ServingPorts, observed: Observed, executed: Executed) -> dict[AdapterKey, Reported]:
     """One guarded status write per relevant live adapter (none when nothing changes), computed
     from the world after the calls. A write whose adapter changed under us in a way the plan did
     not see (another file set, path or verdict) is skipped: the event of that change runs again."""
     chosen = reports(observed, executed)
-    now = deps.clock()
+    now = ports.clock()
     used_by = {
         key: [t.name for t in executed.desire.targets_of.get(key, ())] for key in chosen if key.kind == "vllm"
     }
@@ -621,7 +623,7 @@ def write_statuses(deps: Deps, observed: Observed, executed: Executed) -> dict[A
             this = report
             if current is not observed.objects[key]:  # re-read after a conflict: is it the same?
                 fresh = (
-                    facts.vllm_adapter(current, deps.settings.mount_root)
+                    facts.vllm_adapter(current, ports.settings.mount_root)
                     if key.kind == "vllm"
                     else facts.sglang_adapter(current)
                 )
@@ -640,11 +642,11 @@ def write_statuses(deps: Deps, observed: Observed, executed: Executed) -> dict[A
                 status, this, planned.lora_path, generation, now, serving.redacted(planned), served
             )
 
-        return deps.kube.write_status(
+        return ports.kube.write_status(
             ADAPTER_KINDS[key.kind], key.namespace, key.name, desired, current=observed.objects[key]
         )
 
-    written = dict(bounded_map(sorted(chosen), write, deps.settings.load_concurrency))
+    written = dict(bounded_map(sorted(chosen), write, ports.settings.load_concurrency))
     return {key: Reported(chosen[key], written.get(key)) for key in chosen}
 
 
@@ -673,32 +675,32 @@ def describe(failing: Sequence[tuple[AdapterKey, TargetKey, PodReport]]) -> str:
     return f"{len(failing)} pod(s) failed: " + "; ".join(shown) + more
 
 
-def run(deps: Deps, request: Request, component: str) -> Result:
+def run(ports: ServingPorts, request: Request, component: str) -> Result:
     """observe -> plan -> execute -> write, and a Warning Event for each adapter whose status
     moved into a failure (not on every retry of the same one)."""
-    observed = observe(deps, request)
-    executed = execute(deps, observed)
-    reported = write_statuses(deps, observed, executed)
-    executed, reported = take_back_if_deleted(deps, observed, executed, reported)
+    observed = observe(ports, request)
+    executed = execute(ports, observed)
+    reported = write_statuses(ports, observed, executed)
+    executed, reported = take_back_if_deleted(ports, observed, executed, reported)
     result = Result(observed, executed, reported)
-    now = deps.clock()
+    now = ports.clock()
     for key, item in reported.items():
         written = item.written
         if written is None or not written.changed:
             continue
         loaded = facts.condition(written.obj, reasons.LOADED)
-        if capacity_event(deps, observed.objects.get(key), written.obj, component):
+        if capacity_event(ports, observed.objects.get(key), written.obj, component):
             continue
         if loaded is None or loaded.get("status") == "True" or loaded.get("reason") not in WARNED:
             continue
         message = describe_failures(item.report.targets, serving.redacted(executed.before.adapters[key]))
-        deps.kube.record_event(written.obj, "Warning", reasons.EVENT_LOAD_FAILED, message, component, now)
-    warn_targets(deps, observed, executed, component)
+        ports.kube.record_event(written.obj, "Warning", reasons.EVENT_LOAD_FAILED, message, component, now)
+    warn_targets(ports, observed, executed, component)
     crossed = residency_crossed(executed)
     if crossed and not request.targets:
         # the other adapters these pods list moved between resident and reloadable: a pass over
         # their deployments writes those statuses (no engine call; an unchanged status is not written)
-        run(deps, Request(targets=crossed, load=False), component)
+        run(ports, Request(targets=crossed, load=False), component)
     return result
 
 
@@ -731,7 +733,7 @@ WARNED = frozenset({reasons.LOAD_FAILED, reasons.NAME_CONFLICT})
 CAPACITY_TROUBLE = frozenset({reasons.ENGINE_CAPACITY_EXCEEDED, reasons.ENGINE_CAPACITY_INVALID})
 
 
-def capacity_event(deps: Deps, before: Obj | None, after: Obj, component: str) -> bool:
+def capacity_event(ports: ServingPorts, before: Obj | None, after: Obj, component: str) -> bool:
     """An Event when Loaded moves into capacity trouble (Warning, its reason) or out of it
     (Normal EngineCapacityAvailable); True when one was recorded. A move within the trouble
     (another count) records nothing: the condition's message says it."""
@@ -740,21 +742,21 @@ def capacity_event(deps: Deps, before: Obj | None, after: Obj, component: str) -
     now = now_loaded.get("reason")
     message = str(now_loaded.get("message") or "")
     if now in CAPACITY_TROUBLE and was != now:
-        deps.kube.record_event(after, "Warning", str(now), message, component, deps.clock())
+        ports.kube.record_event(after, "Warning", str(now), message, component, ports.clock())
         return True
     if was in CAPACITY_TROUBLE and now not in CAPACITY_TROUBLE:
         text = f"no longer left out by engine capacity: {message}"
-        deps.kube.record_event(
-            after, "Normal", reasons.EVENT_CAPACITY_AVAILABLE, text, component, deps.clock()
+        ports.kube.record_event(
+            after, "Normal", reasons.EVENT_CAPACITY_AVAILABLE, text, component, ports.clock()
         )
         return now == reasons.LOADED_REASON
     return False
 
 
-def warn_targets(deps: Deps, observed: Observed, executed: Executed, component: str) -> None:
+def warn_targets(ports: ServingPorts, observed: Observed, executed: Executed, component: str) -> None:
     """A pod whose engine answered garbage is its target owner's to look at: an Event there,
     in the target's namespace, with what the engine said."""
-    now = deps.clock()
+    now = ports.clock()
     for target, group in sorted(executed.after.pods.items()):
         bad = [p for p in group if isinstance(p.listing, ListingFailure) and not p.listing.retryable]
         obj = observed.targets.get(target)
@@ -766,7 +768,7 @@ def warn_targets(deps: Deps, observed: Observed, executed: Executed, component: 
         message = (
             f"{len(bad)} Ready pod(s) answer GET /v1/models with something that is not a listing: {detail}"
         )
-        deps.kube.record_event(obj, "Warning", reasons.ENGINE_ANSWER_INVALID, message, component, now)
+        ports.kube.record_event(obj, "Warning", reasons.ENGINE_ANSWER_INVALID, message, component, now)
 
 
 def _identity(adapter: Adapter) -> tuple[Any, ...]:
