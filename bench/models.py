@@ -31,8 +31,8 @@ from devstack.standins.engines.vllm import VllmReplica
 from functions import stat
 from functions.adapters.engines import adapters_listed
 from functions.adapters.kube import decode
-from functions.adapters.storage import StoredFile
 from functions.edge.inputs import stored
+from functions.ports import StoredFile
 from functions.resources.rackai import LoRAAdapter
 
 NOW = datetime(2026, 11, 30, tzinfo=UTC)

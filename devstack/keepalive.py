@@ -1,34 +1,38 @@
-"""Keep-alive HTTP/1.1 requests to any loopback origin: the broker's deliveries, the sources'
-sends, the webhook relay's forwards (POSTs) and bench 15's uploads (PUTs).
+"""Keep-alive HTTP/1.1 requests to any loopback origin with the standard library's http.client:
+the broker's deliveries, the sources' sends, the webhook relay's forwards (POSTs) and the upload
+storm's PUTs. Written apart from the functions' own transport, so the two ends of every exchange
+in the embedded stack are independent code.
 
-Why not httpx: every stand-in of the embedded stack shares one interpreter (in a cluster the
-broker, the sources and the API server are processes of their own), and an upload storm of
-1,000 adapters makes ~11,000 deliveries and ~10,000 sends. httpx's layers cost several times
-what the request itself does, and its pool checks every idle connection it holds on each
-request (a `poll` per connection); in bench/upload_storm.py the broker's httpx deliveries were
-the largest share of the stand-ins' CPU. The wire is the same: one request at a time per
-connection, kept alive, as Go's `http.Transport` under Knative's broker and adapters.
-
-The connections are the functions' own (`functions.adapters.keepalive.KeepAlive`, one per
-origin): an idle connection found readable was closed by the server and is discarded before
-anything is written on it. A request that fails on a kept connection is not sent again: Go's
-transport replays only idempotent requests, and these POSTs are the broker's to retry.
+One request at a time per connection, kept alive, as Go's `http.Transport` under Knative's
+broker and adapters. An idle connection the server closed is discarded before reuse; a request
+that fails on a kept connection is not sent again (Go's transport replays only idempotent
+requests, and these POSTs are the broker's to retry).
 """
 
 from __future__ import annotations
 
+import http.client
+import select
 import threading
 import urllib.parse
-
-import httpx
-
-from functions.adapters.keepalive import Answer, KeepAlive
+from collections.abc import Callable
+from typing import NamedTuple
 
 __all__ = ["Answer", "Pools", "SendError"]
 
 IDLE_PER_ORIGIN = 64
-"""Idle connections kept per host:port (Go's MaxIdleConnsPerHost in Knative's transports is
-larger; the broker here has 32 delivery threads, so this never throttles)."""
+"""Idle connections kept per host:port (the broker here has 32 delivery threads, so this never
+throttles)."""
+
+
+PIECE = 1 << 20
+
+
+class Answer(NamedTuple):
+    status: int
+    body: bytes
+    headers: dict[str, str]
+    """Lower-cased names."""
 
 
 class SendError(Exception):
@@ -40,7 +44,7 @@ class Pools:
 
     def __init__(self, timeout_s: float = 30.0) -> None:
         self._timeout_s = timeout_s
-        self._origins: dict[tuple[str, int], KeepAlive] = {}
+        self._idle: dict[tuple[str, int], list[http.client.HTTPConnection]] = {}
         self._lock = threading.Lock()
         self._closed = False
 
@@ -49,37 +53,86 @@ class Pools:
         return self.request("POST", url, headers, body, timeout)
 
     def request(
-        self, method: str, url: str, headers: dict[str, str], body: bytes, timeout: float | None = None
+        self,
+        method: str,
+        url: str,
+        headers: dict[str, str],
+        body: bytes | None,
+        timeout: float | None = None,
+        sink: Callable[[bytes], None] | None = None,
     ) -> Answer:
-        """`method` with `body` to `url`; the whole answer, or SendError when there was none."""
+        """`method` with `body` to `url`; the whole answer, or SendError when there was none.
+        With `sink`, a 2xx answer's body goes to it in pieces instead (never held whole)."""
         parts = urllib.parse.urlsplit(url)
         if parts.scheme != "http" or not parts.hostname:
             raise SendError(f"unsupported URL {url!r}")
         target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
-        origin = self._origin(parts.hostname, parts.port or 80)
+        origin = (parts.hostname, parts.port or 80)
+        connection = self._take(origin)
+        connection.timeout = timeout or self._timeout_s
+        if connection.sock is not None:
+            connection.sock.settimeout(connection.timeout)
         try:
-            return origin.request(method, target, headers, body, timeout)
-        except httpx.HTTPError as err:
-            raise SendError(str(err)) from err
+            connection.request(method, target, body=body, headers=headers)
+            response = connection.getresponse()
+            if sink is not None and 200 <= response.status < 300:
+                while piece := response.read(PIECE):
+                    sink(piece)
+                content = b""
+            else:
+                content = response.read()
+        except (OSError, http.client.HTTPException) as err:
+            connection.close()
+            raise SendError(f"{method} {url}: {err or type(err).__name__}") from err
+        answer = Answer(response.status, content, _joined(response.getheaders()))
+        if response.will_close:
+            connection.close()
+        else:
+            self._give_back(origin, connection)
+        return answer
 
-    def _origin(self, host: str, port: int) -> KeepAlive:
+    def _take(self, origin: tuple[str, int]) -> http.client.HTTPConnection:
         with self._lock:
             if self._closed:
                 raise SendError("client closed")
-            found = self._origins.get((host, port))
-            if found is None:
-                found = self._origins[(host, port)] = KeepAlive(
-                    f"http://{host}:{port}",
-                    connect_timeout=self._timeout_s,
-                    read_timeout=self._timeout_s,
-                    max_idle=IDLE_PER_ORIGIN,
-                    replay=False,
-                )
-            return found
+            idle = self._idle.setdefault(origin, [])
+            while idle:
+                connection = idle.pop()
+                if connection.sock is not None and not _readable(connection):
+                    return connection
+                connection.close()  # closed by the server while idle
+        return http.client.HTTPConnection(*origin, timeout=self._timeout_s)
+
+    def _give_back(self, origin: tuple[str, int], connection: http.client.HTTPConnection) -> None:
+        with self._lock:
+            idle = self._idle.setdefault(origin, [])
+            if not self._closed and len(idle) < IDLE_PER_ORIGIN:
+                idle.append(connection)
+                return
+        connection.close()
 
     def close(self) -> None:
         with self._lock:
             self._closed = True
-            origins, self._origins = self._origins, {}
-        for origin in origins.values():
-            origin.close()
+            pools, self._idle = list(self._idle.values()), {}
+        for idle in pools:
+            for connection in idle:
+                connection.close()
+
+
+def _joined(headers: list[tuple[str, str]]) -> dict[str, str]:
+    """Lower-cased names; a repeated header's values joined by ", " (RFC 9110 5.3)."""
+    found: dict[str, str] = {}
+    for name, value in headers:
+        key = name.lower()
+        found[key] = f"{found[key]}, {value}" if key in found else value
+    return found
+
+
+def _readable(connection: http.client.HTTPConnection) -> bool:
+    """An idle connection with something to read was closed (or written to) by the server."""
+    try:
+        ready, _, _ = select.select([connection.sock], [], [], 0)
+    except (OSError, ValueError):
+        return True
+    return bool(ready)

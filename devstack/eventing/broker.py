@@ -55,7 +55,6 @@ from devstack.eventing.triggers import Trigger
 from devstack.http_handler import StandInHandler
 from devstack.keepalive import Answer, Pools, SendError
 from functions import tracing
-from functions.edge import binary_mode
 from functions.tracing import Trace
 
 log = logging.getLogger("devstack.eventing.broker")
@@ -518,10 +517,7 @@ def _ttl(event: CloudEvent) -> int | None:
 
 
 def _to_binary(event: CloudEvent) -> tuple[dict[str, str], bytes]:
-    """Binary mode as the SDK's `to_binary` writes it (functions/edge/binary_mode.py, held equal
-    to it by tests/unit/test_binary_mode.py) for spec version 1.0; other versions by the SDK."""
-    if event["specversion"] == "1.0":
-        return binary_mode.write(event)
+    """Binary mode by the SDK (the functions read it with their own codec: two implementations)."""
     headers, body = to_binary(event)
     return headers, body or b""
 
@@ -542,7 +538,7 @@ def _reply_outcome(answer: Answer) -> _Outcome:
     body = answer.body
     if _is_cloudevent_response(answer.headers):
         try:
-            reply = binary_mode.read(answer.headers.items(), body) or from_http(answer.headers, body)
+            reply = from_http(answer.headers, body)
         except GenericException as err:
             return _Outcome(502, body, error=f"invalid CloudEvent reply: {err}")
         return _Outcome(answer.status, reply=reply)
@@ -552,14 +548,11 @@ def _reply_outcome(answer: Answer) -> _Outcome:
 
 
 def parse_request(headers: Mapping[str, str], body: bytes) -> CloudEvent:
-    """The CloudEvent of an ingress request: binary mode, what every sender here uses, read
-    straight from the headers; anything else through the SDK (errors and all)."""
-    event = binary_mode.read(headers.items(), body)
-    if event is None:
-        try:
-            event = from_http(dict(headers), body)
-        except GenericException as err:
-            raise InvalidEvent(str(err)) from err
+    """The CloudEvent of an ingress request, read by the SDK (errors and all)."""
+    try:
+        event = from_http(dict(headers), body)
+    except GenericException as err:
+        raise InvalidEvent(str(err)) from err
     for required in ("id", "source", "type", "specversion"):
         if not event.get(required):
             raise InvalidEvent(f"missing CloudEvent attribute {required!r}")

@@ -1,6 +1,6 @@
 """Bounded concurrency for the calls one invocation makes (engines, status writes, reads).
 
-Threads, not asyncio: every client underneath is blocking (httpx, urllib3, boto3) and the
+Threads, not asyncio: every client underneath is blocking (the transport, boto3) and the
 calls wait on the network, where the GIL is released.
 
 Every invocation runs its calls on one process-wide pool of threads, kept between events: a

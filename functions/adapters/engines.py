@@ -6,19 +6,14 @@ call has a wall-clock deadline (a trickled answer is cut off, not waited for per
 answer a byte cap and no decompression, and a malformed answer is that pod's failure (a value),
 never an exception, so one pod cannot stall or fail the others.
 
-The calls go out on keep-alive connections, a small stack of idle ones per pod
-(`PodConnections`, `KeepAlive.exchange`; the answer's head read by functions/adapters/http1.py,
-not http.client's email parser: 0.93x the load function's CPU per event). Over httpx a load
-cost the caller ~540 us of CPU (~640-870 us each in a fan-out to 10 pods, 10 at a time), over
-http.client ~230 us (~275 us): in an upload storm the engine calls were the load function's
-largest share of CPU. A load or unload that may have reached the engine is never sent again by
-the transport (a vLLM load sent twice answers "already loaded"); the broker's retry of the
-event is what repeats it.
+The calls go out on the transport's exchanges, over a small stack of idle connections per pod
+(functions/transport/pods.py). A load or unload that may have reached the engine is never sent
+again by the transport (a vLLM load sent twice answers "already loaded"); the broker's retry of
+the event is what repeats it.
 """
 
 from __future__ import annotations
 
-import http.client
 import json
 import threading
 import time
@@ -29,14 +24,22 @@ from typing import Any, Literal, NamedTuple, NotRequired, Protocol
 from pydantic import ConfigDict, TypeAdapter, ValidationError
 from typing_extensions import TypedDict
 
-from functions.adapters.keepalive import Deadline, Streamed
-from functions.adapters.pod_connections import PodConnections
 from functions.errors import problems
 from functions.logic import capacity, reasons
 from functions.logic.capacity import Capacity
 from functions.logic.pods import Endpoint, Runtime
 from functions.logic.serving import ListingFailure
 from functions.observability import ENGINE_FAILURES, ENGINE_SECONDS
+from functions.ports import CallResult
+from functions.transport import (
+    BodyEncoded,
+    BodyTooLarge,
+    Deadline,
+    Streamed,
+    TransportError,
+    TransportTimeout,
+)
+from functions.transport.pods import PodConnections
 
 LISTING_MAX_BYTES = 8 << 20
 """`GET /v1/models` of an engine with 1,000 adapters is ~300 KiB; far more is not a listing."""
@@ -54,13 +57,6 @@ INFO_CACHED_MAX = 8192
 HEADERS = {"Accept-Encoding": "identity"}
 POST_HEADERS = {**HEADERS, "Content-Type": "application/json"}
 ReplaceMode = Literal["inplace", "reload"]
-
-
-class CallResult(NamedTuple):
-    ok: bool
-    reason: str
-    message: str = ""
-    retryable: bool = False
 
 
 OK = CallResult(True, reasons.POD_LOADED)
@@ -121,27 +117,15 @@ PROTOCOLS: dict[Runtime, RuntimeProtocol] = {"vllm": VllmProtocol(), "sglang": S
 # -- reading answers -----------------------------------------------------------------------------------
 def read_bounded(response: Streamed, limit: int) -> bytes:
     """The raw body, or AnswerError once it passes `limit` bytes or its exchange's deadline
-    (`KeepAlive.exchange` bounds each receive by what is left of it: a trickled answer ends
-    at the deadline, not one read timeout after it)."""
-    encoding = response.headers.get("content-encoding", "identity").strip().lower()
-    if encoding not in ("", "identity"):
-        raise AnswerError(
-            reasons.ENGINE_ANSWER_INVALID, f"answer is compressed ({encoding}) although identity was asked"
-        )
-    declared = response.headers.get("content-length")
-    if declared is not None and declared.isdigit() and int(declared) > limit:
-        raise AnswerError(reasons.ENGINE_ANSWER_TOO_LARGE, f"answer of {declared} bytes exceeds {limit}")
-    body = bytearray()
-    while True:
-        try:
-            chunk = response.body.read1(1 << 16)  # one receive (a fixed size would wait to fill it)
-        except TimeoutError as err:
-            raise AnswerError(reasons.ENGINE_TIMEOUT, "answer still arriving at the deadline", True) from err
-        if not chunk:
-            return bytes(body)
-        body += chunk
-        if len(body) > limit:
-            raise AnswerError(reasons.ENGINE_ANSWER_TOO_LARGE, f"answer exceeds {limit} bytes")
+    (each receive is bounded by what is left of it: a trickled answer ends at the deadline)."""
+    try:
+        return response.read(limit)
+    except BodyEncoded as err:
+        raise AnswerError(reasons.ENGINE_ANSWER_INVALID, str(err)) from err
+    except BodyTooLarge as err:
+        raise AnswerError(reasons.ENGINE_ANSWER_TOO_LARGE, str(err)) from err
+    except TransportTimeout as err:
+        raise AnswerError(reasons.ENGINE_TIMEOUT, "answer still arriving at the deadline", True) from err
 
 
 class ModelCard(TypedDict):
@@ -279,7 +263,7 @@ class Engines:
     def _call(
         self, method: str, endpoint: Endpoint, path: str, limit: int, body: Mapping[str, Any] | None = None
     ) -> Answer:
-        """One bounded round trip. Raises TimeoutError, OSError or HTTPException (the pod did
+        """One bounded round trip. Raises TransportTimeout or TransportError (the pod did
         not answer), AnswerError (an answer out of bounds) or ValueError (not an engine address)."""
         deadline = Deadline(self._clock() + self._timeout, self._clock)
         payload = None if body is None else json.dumps(body, separators=(",", ":")).encode()
@@ -291,7 +275,7 @@ class Engines:
     def healthy(self, endpoint: Endpoint) -> bool:
         try:
             return self._call("GET", endpoint, "/health", ANSWER_MAX_BYTES).status == 200
-        except (OSError, http.client.HTTPException, ValueError, AnswerError):
+        except (TransportError, ValueError, AnswerError):
             return False
 
     def listing(self, endpoint: Endpoint) -> dict[str, str] | ListingFailure:
@@ -299,11 +283,11 @@ class Engines:
         started = time.perf_counter()
         try:
             answer = self._call("GET", endpoint, "/v1/models", LISTING_MAX_BYTES)
-        except TimeoutError:
+        except TransportTimeout:
             result: dict[str, str] | ListingFailure = ListingFailure(
                 reasons.ENGINE_TIMEOUT, "GET /v1/models timed out"
             )
-        except (OSError, http.client.HTTPException, ValueError) as err:
+        except (TransportError, ValueError) as err:
             detail = str(err)[:200] or type(err).__name__
             result = ListingFailure(reasons.ENGINE_UNREACHABLE, f"GET /v1/models failed: {detail}")
         except AnswerError as err:
@@ -334,7 +318,7 @@ class Engines:
         for path in INFO_PATHS:
             try:
                 answer = self._call("GET", endpoint, path, capacity.INFO_MAX_BYTES)
-            except (OSError, http.client.HTTPException, ValueError, AnswerError):
+            except (TransportError, ValueError, AnswerError):
                 return None
             if answer.status == 404:
                 continue
@@ -396,9 +380,9 @@ class Engines:
         started = time.perf_counter()
         try:
             result = classify(self._call("POST", endpoint, path, ANSWER_MAX_BYTES, body))
-        except TimeoutError:
+        except TransportTimeout:
             result = CallResult(False, reasons.ENGINE_TIMEOUT, f"{operation} timed out", retryable=True)
-        except (OSError, http.client.HTTPException, ValueError) as err:
+        except (TransportError, ValueError) as err:
             detail = str(err)[:200] or type(err).__name__
             result = CallResult(False, reasons.ENGINE_UNREACHABLE, f"{operation}: {detail}", retryable=True)
         except AnswerError as err:

@@ -19,16 +19,15 @@ Facts it relies on (SeaweedFS 4.48 measured, weed/server/filer_grpc_server_sub_m
 
 from __future__ import annotations
 
+import json
 import re
 import struct
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any, NamedTuple
-from urllib.parse import urlsplit
+from urllib.parse import urlencode, urlsplit
 
-import httpx
-
+from functions import transport
 from functions.adapters.storage import quote_path
-from functions.adapters.tls import verify_for
 
 if TYPE_CHECKING:
     import grpc
@@ -90,9 +89,7 @@ class FilerLog:
         self._subscribe: grpc.UnaryStreamMultiCallable[filer_pb2.SubscribeMetadataRequest, bytes] = (
             self._channel.unary_stream(SUBSCRIBE, request_serializer=_serialize)
         )
-        self._http = httpx.Client(
-            base_url=filer_url.rstrip("/"), timeout=timeout, verify=verify_for(filer_url)
-        )
+        self._http = transport.connect(filer_url.rstrip("/"), timeout=timeout)
 
     def configuration(self) -> FilerConfiguration:
         answer: filer_pb2.GetFilerConfigurationResponse = self._configuration(
@@ -138,13 +135,12 @@ class FilerLog:
         last = ""
         while True:
             params = {"limit": "100", **({"lastFileName": last} if last else {})}
-            response = self._http.get(
-                quote_path(directory) + "/", params=params, headers={"Accept": "application/json"}
-            )
-            if response.status_code == 404:
+            target = f"{quote_path(directory)}/?{urlencode(params)}"
+            answer = self._http.request("GET", target, {"Accept": "application/json"}, None)
+            if answer.status == 404:
                 return None
-            response.raise_for_status()
-            listing: dict[str, Any] = response.json()
+            _raise_for_status(answer, target)
+            listing: dict[str, Any] = json.loads(answer.body)
             for entry in listing.get("Entries") or []:
                 name = str(entry.get("FullPath", "")).rsplit("/", 1)[-1]
                 if pattern.fullmatch(name):
@@ -167,15 +163,22 @@ class FilerLog:
         return entry.ts_ns or None
 
     def _range(self, path: str, start: int, length: int) -> bytes:
-        response = self._http.get(quote_path(path), headers={"Range": f"bytes={start}-{start + length - 1}"})
-        if response.status_code == 404:
+        answer = self._http.request(
+            "GET", quote_path(path), {"Range": f"bytes={start}-{start + length - 1}"}, None
+        )
+        if answer.status == 404:
             return b""
-        response.raise_for_status()
-        return response.content[:length]
+        _raise_for_status(answer, path)
+        return answer.body[:length]
 
     def close(self) -> None:
         self._channel.close()
         self._http.close()
+
+
+def _raise_for_status(answer: transport.Answer, target: str) -> None:
+    if answer.status >= 300:
+        raise transport.TransportError(f"GET {target[:200]}: HTTP {answer.status}")
 
 
 def _serialize(request: filer_pb2.SubscribeMetadataRequest) -> bytes:

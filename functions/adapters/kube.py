@@ -1,6 +1,5 @@
-"""The Kubernetes API as the functions need it, over a thin REST client (JSON over keep-alive
-`http.client` connections, functions/adapters/keepalive.py; httpx through a proxy or a given
-transport).
+"""The Kubernetes API as the functions need it, over a thin REST client: JSON over the one
+transport (functions/transport/), chosen once from the kubeconfig.
 
 Not the `kubernetes` package: importing it costs ~0.5 s of cold start (its ~770 model
 modules) and its (de)serialisation costs more than the requests themselves for large objects.
@@ -17,19 +16,16 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import ssl
 from collections.abc import Callable, Iterator
 from datetime import datetime
 from functools import cached_property, partial
 from typing import Any
-from urllib.parse import quote, urlencode
+from urllib.parse import quote, urlencode, urlsplit
 
-import httpx
 import pydantic_core
 
-from functions.adapters.keepalive import KeepAlive
+from functions import transport
 from functions.adapters.kubeconfig import KubeConfig, load
-from functions.adapters.tls import never_used
 from functions.errors import KubeConflict, KubeRefused, KubeUnavailable, LoraflowError
 from functions.logic import mergepatch
 from functions.logic.conditions import timestamp
@@ -44,8 +40,8 @@ Obj = dict[str, Any]
 MERGE_PATCH = "application/merge-patch+json"
 EVENT_WINDOW_S = 600
 WRITE_ATTEMPTS = 5
-TIMEOUT = httpx.Timeout(connect=5.0, read=30.0, write=30.0, pool=30.0)
-LIMITS = httpx.Limits(max_connections=32, max_keepalive_connections=16, keepalive_expiry=60.0)
+TIMEOUT_S = 30.0
+KEPT_CONNECTIONS = 16
 HEADERS = {"Accept": "application/json", "User-Agent": "loraflow-functions"}
 
 
@@ -59,38 +55,19 @@ class ApiError(Exception):
 
 
 class KubeApi:
-    """Keep-alive connections to the API server, shared by the process's threads; JSON bodies
-    in and out. Through a proxy (a kubeconfig's proxy-url), or with a `transport` given (tests),
-    one shared httpx.Client instead."""
+    """The API server's connections, shared by the process's threads; JSON bodies in and out."""
 
-    def __init__(self, config: KubeConfig, transport: httpx.BaseTransport | None = None) -> None:
+    def __init__(self, config: KubeConfig, through: transport.Transport | None = None) -> None:
+        """`through`: the transport to send on (default: one made from the kubeconfig)."""
         self._config = config
         self._base = config.server.rstrip("/")
-        self._extensions = {"sni_hostname": config.tls_server_name} if config.tls_server_name else None
-        self._direct: KeepAlive | None = None
-        self._http: httpx.Client | None = None
-        if transport is None and not config.proxy:
-            self._direct = KeepAlive(
-                self._base,
-                _verify(config),
-                config.tls_server_name,
-                connect_timeout=TIMEOUT.connect or 5.0,
-                read_timeout=TIMEOUT.read or 30.0,
-                max_idle=LIMITS.max_keepalive_connections or 16,
-            )
-            return
-        if transport is None:
-            transport = httpx.HTTPTransport(
-                verify=_verify(config),
-                limits=LIMITS,
-                retries=1,  # connection failures only (a stale keep-alive socket, a restart)
-                proxy=httpx.Proxy(config.proxy) if config.proxy else None,
-            )
-        self._http = httpx.Client(
-            transport=transport,
-            timeout=TIMEOUT,
-            headers=HEADERS,
-            trust_env=False,
+        self._transport = through or transport.connect(
+            self._base,
+            config.ssl_context() if self._base.startswith("https:") else None,
+            config.tls_server_name,
+            proxy=config.proxy,
+            timeout=TIMEOUT_S,
+            max_idle=KEPT_CONNECTIONS,
         )
 
     def request(
@@ -101,8 +78,8 @@ class KubeApi:
         body: Obj | None = None,
         content_type: str = "application/json",
     ) -> Obj:
-        """The decoded JSON answer; ApiError for non-2xx, httpx.HTTPError for transport trouble."""
-        headers: dict[str, str] = {}
+        """The decoded JSON answer; ApiError for non-2xx, TransportError for no usable answer."""
+        headers = dict(HEADERS)
         authorization = self._config.authorization()
         if authorization:
             headers["Authorization"] = authorization
@@ -110,56 +87,24 @@ class KubeApi:
         if body is not None:
             content = json.dumps(body, separators=(",", ":")).encode()
             headers["Content-Type"] = content_type
-        if self._http is None:
-            assert self._direct is not None  # one of the two, set in __init__
-            return _request_direct(self._direct, method, path, params, headers, content)
-        response = self._http.request(
-            method,
-            self._base + path,
-            params=params,
-            content=content,
-            headers=headers,
-            extensions=self._extensions,
-        )
-        if not response.is_success:
-            raise ApiError(response.status_code, response.text)
+        target = path + ("?" + urlencode(params) if params else "")
+        answer = self._transport.request(method, target, headers, content)
+        if not 200 <= answer.status < 300:
+            raise ApiError(answer.status, answer.body.decode("utf-8", "replace"))
         try:
-            decoded: Obj = decode(response.content)
+            return decode(answer.body)
         except ValueError as err:
-            raise httpx.DecodingError(f"answer is not JSON: {err}", request=response.request) from err
-        return decoded
+            raise transport.TransportError(f"{method} {path[:200]}: the answer is not JSON: {err}") from err
 
     @cached_property
     def server(self) -> tuple[str, int] | None:
         """The API server's host and port (load asks once per event: parsed once)."""
-        url = httpx.URL(self._base)
+        url = urlsplit(self._base)
         port = url.port or (443 if url.scheme == "https" else 80)
-        return (url.host, port) if url.host else None
+        return (url.hostname, port) if url.hostname else None
 
     def close(self) -> None:
-        if self._direct is not None:
-            self._direct.close()
-        if self._http is not None:
-            self._http.close()
-
-
-def _request_direct(
-    direct: KeepAlive,
-    method: str,
-    path: str,
-    params: dict[str, Any] | None,
-    headers: dict[str, str],
-    content: bytes | None,
-) -> Obj:
-    target = path + ("?" + urlencode(params) if params else "")
-    answer = direct.request(method, target, {**HEADERS, **headers}, content)
-    if not 200 <= answer.status < 300:
-        raise ApiError(answer.status, answer.body.decode("utf-8", "replace"))
-    try:
-        decoded: Obj = decode(answer.body)
-    except ValueError as err:
-        raise httpx.DecodingError(f"answer is not JSON: {err}") from err
-    return decoded
+        self._transport.close()
 
 
 def decode(body: bytes) -> Obj:
@@ -169,12 +114,6 @@ def decode(body: bytes) -> Obj:
     not RecursionError, for a hostile proxy's answer)."""
     decoded: Obj = pydantic_core.from_json(body, cache_strings=True)
     return decoded
-
-
-def _verify(config: KubeConfig) -> ssl.SSLContext:
-    if config.server.startswith("https:"):
-        return config.ssl_context()
-    return never_used()
 
 
 def connect(kubeconfig: str | None) -> KubeApi:
@@ -390,7 +329,7 @@ class Kube:
         except ApiError as err:
             if err.status != 409:  # 409: recorded already in this window
                 log.warning("Could not record Event", extra={**about, "error": str(err)})
-        except httpx.HTTPError as err:
+        except transport.TransportError as err:
             log.warning("Could not record Event", extra={**about, "error": str(err)})
 
     # -- plumbing ----------------------------------------------------------------------------
@@ -398,7 +337,7 @@ class Kube:
         KUBE_REQUESTS.labels(verb, kind.plural).inc()
         try:
             return request()
-        except httpx.HTTPError as err:
+        except transport.TransportError as err:
             raise KubeUnavailable(f"{verb} {kind.plural}: {err}") from err
 
     def _get(self, kind: Kind, namespace: str, name: str) -> Obj:

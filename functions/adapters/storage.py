@@ -15,8 +15,8 @@ as `w` with a query) or none.
 from __future__ import annotations
 
 import binascii
+import contextlib
 import hashlib
-import http.client
 import json
 import queue
 import re
@@ -24,32 +24,24 @@ import threading
 import time
 import urllib.parse
 from collections import OrderedDict
-from collections.abc import Callable
-from typing import Any, NamedTuple, Protocol, Required
+from collections.abc import Callable, Iterator
+from typing import Any, Protocol, Required
 
-import httpx
-import urllib3
 from pydantic import TypeAdapter, ValidationError
 from typing_extensions import TypedDict  # pydantic reads TypedDicts from here before 3.12
 
-from functions.adapters.keepalive import Deadline, KeepAlive, Streamed
-from functions.adapters.tls import verify_for
+from functions import transport
 from functions.errors import StorageUnavailable
+from functions.ports import StoredFile
 from functions.settings import Settings
 
 CHUNK = 4 << 20
+ANSWER_MAX_BYTES = 64 << 10
+"""What the filer's answer to a write may take (its JSON of name and size)."""
+TRANSFER_S = 600.0
+IDENTITY = {"Accept-Encoding": "identity"}
 DIRECTORY_BIT = 0x80000000
 _PLAIN_ETAG = re.compile(r"^[0-9a-f]{32}$")
-
-
-class StoredFile(NamedTuple):
-    path: str
-    size: int
-    md5: str | None
-    """Hex MD5 as the backend reported it; None when it reported none."""
-    version: str | None = None
-    """For a file listed without an MD5: a token that changes whenever its bytes do (the filer's
-    chunk file ids, inode and mtime; the S3 ETag), so that a same-size replacement is seen."""
 
 
 class ChunkRef(TypedDict, total=False):
@@ -203,13 +195,12 @@ class ContentCache:
 
 
 class FilerStorage:
-    def __init__(self, base_url: str, page_size: int, timeout: float = 30.0) -> None:
+    def __init__(
+        self, base_url: str, page_size: int, timeout: float = 30.0, through: transport.Transport | None = None
+    ) -> None:
+        """`through`: the transport to send on (default: one made for `base_url`)."""
         self._base = base_url.rstrip("/")
-        self._http = httpx.Client(base_url=self._base, timeout=timeout, verify=verify_for(self._base))
-        # listings (stat's every event, load's configs) over keep-alive http.client when plain
-        # http, as the filer is inside a cluster: httpx's client costs more than the exchange
-        self._direct = KeepAlive(self._base, read_timeout=timeout) if self._base.startswith("http:") else None
-        self._pool = urllib3.PoolManager(timeout=urllib3.Timeout(connect=5.0, read=timeout), retries=False)
+        self._transport = through or transport.connect(self._base, timeout=timeout)
         self._page_size = page_size
         self._timeout = timeout
 
@@ -247,161 +238,110 @@ class FilerStorage:
             last = page["LastFileName"]
 
     def hash_file(self, path: str, max_bytes: int) -> str | None:
-        """Stream the file and hash it while the next chunk is being received.
-
-        One thread receives (urllib3 reads straight into large buffers), the caller hashes
-        (hashlib releases the GIL), so throughput approaches the slower of the two rather
-        than their sum; memory stays bounded by the queue (a few chunks).
-        """
-        response = self._stream(path)
-        if response is None:
-            return None
+        """Stream the file and hash it while the next piece is being received: one thread
+        receives, the caller hashes (hashlib releases the GIL), so throughput approaches the
+        slower of the two rather than their sum; memory stays bounded by the queue."""
         try:
-            if int(response.headers.get("Content-Length") or 0) > max_bytes:
-                return None
-            return _pipelined_md5(response, max_bytes)
-        finally:
-            response.release_conn()
-
-    def _stream(self, path: str) -> urllib3.BaseHTTPResponse | None:
-        """The file's bytes, not yet read (the caller releases the connection); None: not there."""
-        try:
-            response = self._pool.request("GET", self._base + quote_path(path), preload_content=False)
-        except urllib3.exceptions.HTTPError as err:
+            with self._transport.exchange("GET", quote_path(path), IDENTITY, None, self._long()) as got:
+                if got.status == 404:
+                    return None
+                _raise_for_status(got.status, "GET", path)
+                if int(got.headers.get("content-length") or 0) > max_bytes:
+                    return None
+                return _pipelined_md5(got, max_bytes)
+        except transport.TransportError as err:
             raise StorageUnavailable(f"filer GET {path}: {err}") from err
-        if response.status < 400:
-            return response
-        response.release_conn()
-        if response.status == 404:
-            return None
-        raise StorageUnavailable(f"filer GET {path}: HTTP {response.status}")
 
     def read_small(self, path: str, max_bytes: int) -> bytes | None:
-        """The file's bytes (None: not there); ContentTooLarge past `max_bytes` or compressed."""
-        if self._direct is not None:
-            return self._read_small_direct(path, max_bytes)
+        """The file's bytes (None: not there); ContentTooLarge past `max_bytes` or compressed.
+        The whole exchange ends within the client's timeout."""
+        deadline = transport.Deadline(time.monotonic() + self._timeout, time.monotonic)
         try:
-            with self._http.stream(
-                "GET", quote_path(path), headers={"Accept-Encoding": "identity"}
-            ) as response:
-                if response.status_code == 404:
-                    return None
-                _raise_for_unavailable(response, path)
-                return _bounded(response, max_bytes, path)
-        except httpx.HTTPError as err:
-            raise StorageUnavailable(f"filer GET {path}: {err}") from err
-
-    def _read_small_direct(self, path: str, max_bytes: int) -> bytes | None:
-        """`read_small` over the keep-alive connections (load reads each new adapter's
-        adapter_config.json before its first engine call; httpx's stream cost ~0.5-0.8 ms of
-        CPU a read). The whole exchange ends within the client's timeout."""
-        assert self._direct is not None
-        deadline = Deadline(time.monotonic() + self._timeout, time.monotonic)
-        try:
-            with self._direct.exchange(
-                "GET", quote_path(path), {"Accept-Encoding": "identity"}, None, deadline
-            ) as response:
-                if response.status == 404:
+            with self._transport.exchange("GET", quote_path(path), IDENTITY, None, deadline) as got:
+                if got.status == 404:
                     return None  # its page unread: that connection is closed, not kept
-                if response.status >= 400:
-                    raise StorageUnavailable(f"filer GET {path}: HTTP {response.status}")
-                return _bounded_direct(response, max_bytes, path)
-        except (OSError, http.client.HTTPException) as err:  # TimeoutError is an OSError
-            raise StorageUnavailable(f"filer GET {path}: {str(err) or type(err).__name__}") from err
+                _raise_for_status(got.status, "GET", path)
+                return got.read(max_bytes)
+        except (transport.BodyTooLarge, transport.BodyEncoded) as err:
+            raise ContentTooLarge(f"{path}: {err}") from err
+        except transport.TransportError as err:
+            raise StorageUnavailable(f"filer GET {path}: {err}") from err
 
     copy_checks_md5 = True
     """The filer checks a PUT's Content-MD5 against the bytes it stores (400 BadDigest)."""
 
     def copy_file(self, source: str, target: str, size: int, md5: str) -> bool:
         """Stream `source` into a PUT of `target` with `Content-MD5`: the filer stores it only
-        when the bytes hash to `md5`, so the copy is checked as it is written.
-
-        Measured on the real SeaweedFS 4.48 (bench/freeze.py): the filer's own copy
-        (`cp.from`) moves no byte through this client but failed with a 500 on a 1 GiB file
-        after ~11 s ("context canceled" writing a chunk), and its copy keeps the source's Md5
-        attribute, so the copy's bytes would need a second read to be checked; this one reads
-        the source once and writes once, and is checked by the filer on the way in.
-        """
-        got = self._stream(source)
-        if got is None:
-            return False
+        when the bytes hash to `md5`, so the copy is checked as it is written. The filer's own
+        copy (`cp.from`) keeps the source's Md5 attribute unchecked and failed on large files
+        (docs/benchmarks.md), so this one reads the source once and writes it once."""
+        digest = binascii.b2a_base64(bytes.fromhex(md5), newline=False).decode()
+        headers = {
+            "Content-MD5": digest,
+            "Content-Type": "application/octet-stream",
+            "Content-Length": str(size),
+        }
         try:
-            if int(got.headers.get("Content-Length") or -1) != size:
-                return False  # changed since it was verified
-            digest = binascii.b2a_base64(bytes.fromhex(md5), newline=False).decode()
-            try:
-                put = self._pool.request(
-                    "PUT",
-                    self._base + quote_path(target),
-                    body=got.stream(CHUNK),
-                    headers={"Content-MD5": digest, "Content-Type": "application/octet-stream"},
-                    chunked=True,
-                    timeout=urllib3.Timeout(connect=5.0, read=max(self._timeout, 600.0)),
-                )
-            except urllib3.exceptions.HTTPError as err:
-                raise StorageUnavailable(f"filer PUT {target}: {err}") from err
-            if put.status == 400:
-                return False  # BadDigest: the bytes are not the ones verified
-            if put.status >= 300:
-                raise StorageUnavailable(f"filer PUT {target}: HTTP {put.status}")
-            return True
-        finally:
-            got.release_conn()
+            with self._transport.exchange("GET", quote_path(source), IDENTITY, None, self._long()) as got:
+                if got.status == 404:
+                    return False
+                _raise_for_status(got.status, "GET", source)
+                if int(got.headers.get("content-length") or -1) != size:
+                    return False  # changed since it was verified
+                body = _pieces(got, size)
+                with self._transport.exchange("PUT", quote_path(target), headers, body, self._long()) as put:
+                    put.read(ANSWER_MAX_BYTES)
+                    if put.status == 400:
+                        return False  # BadDigest: the bytes are not the ones verified
+                    _raise_for_status(put.status, "PUT", target)
+                    return True
+        except (transport.BodyTooLarge, transport.BodyEncoded) as err:
+            raise StorageUnavailable(f"filer PUT {target}: {err}") from err
+        except transport.TransportError as err:
+            raise StorageUnavailable(f"filer copy {source} -> {target}: {err}") from err
 
     def delete_tree(self, directory: str) -> None:
+        target = f"{quote_path(directory.rstrip('/'))}?recursive=true"
         try:
-            response = self._http.delete(quote_path(directory.rstrip("/")), params={"recursive": "true"})
-        except httpx.HTTPError as err:
+            status = self._transport.request("DELETE", target, {}, None).status
+        except transport.TransportError as err:
             raise StorageUnavailable(f"filer DELETE {directory}: {err}") from err
-        if response.status_code >= 300 and response.status_code != 404:
-            raise StorageUnavailable(f"filer DELETE {directory}: HTTP {response.status_code}")
+        if status >= 300 and status != 404:
+            raise StorageUnavailable(f"filer DELETE {directory}: HTTP {status}")
+
+    def close(self) -> None:
+        self._transport.close()
+
+    def _long(self) -> transport.Deadline:
+        """The deadline of a file's whole transfer (a gigabyte at a slow filer's pace)."""
+        return transport.Deadline(time.monotonic() + max(self._timeout, TRANSFER_S), time.monotonic)
 
     def _list_page(self, directory: str, params: dict[str, str]) -> tuple[int, bytes]:
         """(status, body) of one listing page; StorageUnavailable for 5xx/4xx but 404."""
-        headers = {"Accept": "application/json"}
+        target = f"{quote_path(directory)}?{urllib.parse.urlencode(params)}"
         try:
-            if self._direct is not None:
-                target = f"{quote_path(directory)}?{urllib.parse.urlencode(params)}"
-                status, content, _ = self._direct.request("GET", target, headers, None)
-            else:
-                response = self._http.get(quote_path(directory), params=params, headers=headers)
-                status, content = response.status_code, response.content
-        except httpx.HTTPError as err:
+            status, content, _ = self._transport.request("GET", target, {"Accept": "application/json"}, None)
+        except transport.TransportError as err:
             raise StorageUnavailable(f"filer GET {directory}: {err}") from err
         if status >= 400 and status != 404:
             raise StorageUnavailable(f"filer GET {directory}: HTTP {status}")
         return status, content
 
 
-def _bounded(response: httpx.Response, max_bytes: int, path: str) -> bytes:
-    encoding = response.headers.get("content-encoding", "identity").lower()
-    if encoding not in ("", "identity"):
-        raise ContentTooLarge(f"{path} came compressed ({encoding}); its size cannot be bounded")
-    declared = response.headers.get("content-length")
-    if declared is not None and declared.isdigit() and int(declared) > max_bytes:
-        raise ContentTooLarge(f"{path} is {declared} bytes, more than {max_bytes}")
-    content = bytearray()
-    for chunk in response.iter_raw():  # as each read returns: the cap is checked per read
-        content += chunk
-        if len(content) > max_bytes:
-            raise ContentTooLarge(f"{path} is more than {max_bytes} bytes")
-    return bytes(content)
+def _raise_for_status(status: int, method: str, path: str) -> None:
+    if status >= 300:
+        raise StorageUnavailable(f"filer {method} {path}: HTTP {status}")
 
 
-def _bounded_direct(response: Streamed, max_bytes: int, path: str) -> bytes:
-    """`_bounded` for a keep-alive exchange: no decompression, the cap checked per receive."""
-    encoding = response.headers.get("content-encoding", "identity").strip().lower()
-    if encoding not in ("", "identity"):
-        raise ContentTooLarge(f"{path} came compressed ({encoding}); its size cannot be bounded")
-    declared = response.headers.get("content-length")
-    if declared is not None and declared.isdigit() and int(declared) > max_bytes:
-        raise ContentTooLarge(f"{path} is {declared} bytes, more than {max_bytes}")
-    content = bytearray()
-    while chunk := response.body.read1(1 << 16):  # what one receive returns
-        content += chunk
-        if len(content) > max_bytes:
-            raise ContentTooLarge(f"{path} is more than {max_bytes} bytes")
-    return bytes(content)
+def _pieces(got: transport.Streamed, size: int) -> Iterator[bytes]:
+    """A file's body as the pieces of a streamed PUT: exactly `size` bytes, or a failure."""
+    sent = 0
+    while sent < size:
+        piece = got.read1(CHUNK)
+        if not piece:
+            raise transport.TransportError(f"the source ended after {sent} of {size} bytes")
+        sent += len(piece)
+        yield piece
 
 
 def _listing_page(content: bytes) -> Any:
@@ -420,13 +360,14 @@ def _listing_page(content: bytes) -> Any:
         return None
 
 
-def _pipelined_md5(response: urllib3.BaseHTTPResponse, max_bytes: int) -> str | None:
+def _pipelined_md5(got: transport.Streamed, max_bytes: int) -> str | None:
     chunks: queue.Queue[bytes | BaseException] = queue.Queue(maxsize=4)
+    stop = threading.Event()
 
     def receive() -> None:
         try:
-            while chunk := response.read(CHUNK):
-                chunks.put(chunk)
+            while not stop.is_set() and (piece := _gathered(got)):
+                chunks.put(piece)
             chunks.put(b"")
         except BaseException as err:  # handed to the hashing side, which raises it
             chunks.put(err)
@@ -447,13 +388,23 @@ def _pipelined_md5(response: urllib3.BaseHTTPResponse, max_bytes: int) -> str | 
                 return None
             digest.update(item)
     finally:
-        response.drain_conn() if seen <= max_bytes else response.close()
-        receiver.join(timeout=30)
+        stop.set()  # past the cap or failed: the receiver stops at its next piece
+        while receiver.is_alive():  # one blocked on the full queue gets its room
+            with contextlib.suppress(queue.Empty):
+                chunks.get(timeout=0.1)
+        receiver.join()
 
 
-def _raise_for_unavailable(response: httpx.Response, path: str) -> None:
-    if response.status_code >= 400:
-        raise StorageUnavailable(f"filer GET {path}: HTTP {response.status_code}")
+def _gathered(got: transport.Streamed) -> bytes:
+    """The next piece of about CHUNK bytes (fewer at the end; b"" after it): a receive brings
+    what the socket holds, and a hash update and a queue hand-off per receive cost more than
+    joining them here."""
+    pieces: list[bytes] = []
+    size = 0
+    while size < CHUNK and (piece := got.read1(CHUNK - size)):
+        pieces.append(piece)
+        size += len(piece)
+    return b"".join(pieces)
 
 
 class S3Storage:

@@ -1,7 +1,8 @@
 """The composition root: every dependency a handler talks to, typed by its port.
 
 Production builds each client lazily on first use (never at import: a step that needs no engine
-imports no httpx transport for one); tests hand `Deps` their fakes by keyword instead:
+opens no connection for one), each on the transport `functions.transport.connect` chooses;
+tests hand `Deps` their fakes by keyword instead:
 
     Deps(Settings(), kube=FakeKube(...), engines=FakeEngines())
 """

@@ -13,9 +13,9 @@ from cloudevents.exceptions import GenericException
 from cloudevents.http import CloudEvent, from_http
 from pydantic import BaseModel, ValidationError
 
+from events import binary_mode
 from events.schema_urls import schema_url
 from functions import tracing
-from functions.edge import binary_mode
 from functions.edge.bootstrap import deps
 from functions.errors import BodyTooLarge, Reject, problems
 

@@ -29,9 +29,9 @@ import flask
 import functions_framework
 from cloudevents.http import CloudEvent
 
+from events import binary_mode
 from functions import observability
 from functions.adapters import concurrency
-from functions.edge import binary_mode
 from functions.edge.bootstrap import Deps, deps
 from functions.edge.messages import Reply, parse
 from functions.errors import BodyTooLarge, Refused, Reject, Retryable, Unauthorized

@@ -16,10 +16,11 @@ import pytest
 
 from devstack.kubernetes import ControlPlane
 from devstack.kubernetes.pki import issue
-from functions.adapters.keepalive import KeepAlive
 from functions.adapters.kube import Kube, connect
 from functions.errors import KubeRefused, KubeUnavailable
 from functions.resources.kinds import MODEL, POD, VLLM_ADAPTER
+from functions.transport import KeepAlive, TransportError
+from tests.support.connect_proxy import ConnectProxy
 
 
 def admin(plane: ControlPlane, path: Path) -> Kube:
@@ -91,7 +92,7 @@ def test_keepalive_tls_checks_the_name_asked_for(plane: ControlPlane) -> None:
     by_name = KeepAlive(plane.url, context, server_name="localhost")
     assert by_name.request("GET", "/api/v1/namespaces", headers, None).status == 200
     wrong = KeepAlive(plane.url, context, server_name="api.elsewhere.example")
-    with pytest.raises(httpx.TransportError, match="certificate"):
+    with pytest.raises(TransportError, match="certificate"):
         wrong.request("GET", "/api/v1/namespaces", headers, None)
 
 
@@ -178,3 +179,23 @@ def test_a_recorded_event_is_admitted_and_recorded_once_per_window(
     assert (event["type"], event["reason"], event["message"]) == ("Warning", "ModelNotFound", "no Model m")
     assert event["involvedObject"]["uid"] == adapter["metadata"]["uid"]
     assert event["source"] == {"component": "loraflow-admit"}
+
+
+def test_a_kubeconfig_proxy_url_tunnels_every_request_through_the_proxy(
+    plane: ControlPlane, namespace: str, tmp_path: Path
+) -> None:
+    """A kubeconfig's `proxy-url` (an HTTP CONNECT proxy): the client's requests reach the real
+    API server only through the tunnel, the certificate still checked end to end."""
+    proxy = ConnectProxy()
+    try:
+        config = plane.kubeconfig()
+        config["clusters"][0]["cluster"]["proxy-url"] = proxy.url
+        path = tmp_path / "kubeconfig"
+        path.write_text(json.dumps(config), encoding="utf-8")
+        client = Kube(connect(str(path)))
+        assert client.list_all(VLLM_ADAPTER, namespace) == []
+        assert client.get(POD, namespace, "absent") is None
+        host, port = plane.url.removeprefix("https://").rsplit(":", 1)
+        assert proxy.tunnels and set(proxy.tunnels) == {f"{host}:{port}"}
+    finally:
+        proxy.stop()

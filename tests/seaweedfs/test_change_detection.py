@@ -21,8 +21,9 @@ import pytest
 
 from devstack.seaweedfs import Shared, shared
 from functions import stat, verify
-from functions.adapters.storage import FilerStorage, S3Storage, StoredFile, quote_path
+from functions.adapters.storage import FilerStorage, S3Storage, quote_path
 from functions.logic import facts
+from functions.ports import StoredFile
 from functions.resources.rackai import LoRAAdapter
 from tests.support.filer import FilerClient
 

@@ -1,4 +1,4 @@
-"""functions/edge/binary_mode.py reads and writes binary-mode CloudEvents as the cloudevents SDK
+"""events/binary_mode.py reads and writes binary-mode CloudEvents as the cloudevents SDK
 does: over generated requests, `read` gives the SDK's `from_http` event (attributes and data) or
 leaves the request to the SDK; `write` gives the SDK's `to_binary` headers and body."""
 
@@ -13,8 +13,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from werkzeug.datastructures import EnvironHeaders
 
-from events import catalog
-from functions.edge import binary_mode, messages
+from events import binary_mode, catalog
+from functions.edge import messages
 
 TEXT = st.text(st.characters(min_codepoint=32, max_codepoint=126), max_size=12)
 CORE = ["id", "source", "type", "specversion", "time", "subject", "dataschema", "datacontenttype"]

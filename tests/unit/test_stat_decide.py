@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from functions.adapters.storage import StoredFile
+from functions.ports import StoredFile
 from functions.resources.rackai import LoRAAdapter
 from functions.stat import decide, listing_dir, observation, recorded
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import http.client
 import json
 import socket
 import struct
@@ -29,10 +28,10 @@ from typing import Any, ClassVar, Literal
 
 from devstack.connection_threads import ConnectionThreads, ReusedThreadsMixIn
 from devstack.http_handler import StandInHandler
+from devstack.keepalive import Pools, SendError
 from devstack.standins.engines.admin import handle_admin
 from devstack.standins.engines.answers import DROP, JSON, Answer, Drop, Response
 from devstack.standins.engines.faults import Fault, FaultSet
-from functions.adapters.keepalive import Deadline, KeepAlive
 
 # --------------------------------------------------------------------------------------------
 # Adapter checks
@@ -184,24 +183,17 @@ class FilerReader:
     filer (`weed mount -filer.path=/` maps the mount root to the filer root). Names are
     percent-encoded in every URL; a directory listing is `Accept: application/json`.
 
-    The requests go out on the functions' keep-alive connections (`KeepAlive.exchange`:
-    functions/adapters/http1.py's framing, a stale kept connection's GET sent again once, the
-    whole read bounded by `timeout`): every replica of a fleet lives in one interpreter here (in
-    a cluster each engine is a process of its own reading a FUSE mount), and an upload storm
-    makes 10,000 loads, each a listing and a read per file, so the client's own CPU is what the
-    other stand-ins wait for (with httpx these reads were ~23% of the stand-ins' py-spy samples
-    in bench/upload_storm.py; with http.client, whose answer headers go through the email
-    package, a listing took ~320 us of this interpreter's CPU). The listing is always read from
-    the filer; a file whose chunks `cache` (the node's mount) has seen is not read again."""
-
-    IDLE_MAX = 16
+    The requests go out on the standard library's keep-alive connections (devstack/keepalive.py),
+    not the functions' transport, so the two sides of every read are independent code. The
+    listing is always read from the filer; a file whose chunks `cache` (the node's mount) has
+    seen is not read again."""
 
     def __init__(
         self, filer_url: str, root: str = "", timeout: float = 30.0, cache: MountCache | None = None
     ) -> None:
         self._cache = cache
-        self._client = KeepAlive(filer_url.rstrip("/"), max_idle=self.IDLE_MAX)
-        self._timeout = timeout
+        self._filer = filer_url.rstrip("/")
+        self._client = Pools(timeout)
         self._root = root.rstrip("/")
         """The filer directory the mount shows (`-filer.path`): a bucket's folder for S3."""
 
@@ -211,16 +203,11 @@ class FilerReader:
         """GET `path` (already quoted): the status, and the body (a 2xx body streams to `sink`
         in 1 MiB pieces when given: weights are never held whole)."""
         headers = {"Accept": accept} if accept else {}
-        deadline = Deadline(time.monotonic() + self._timeout, time.monotonic)
         try:
-            with self._client.exchange("GET", path, headers, None, deadline) as answer:
-                if sink is None or not 200 <= answer.status < 300:
-                    return answer.status, answer.body.read()
-                while piece := answer.body.read1(1 << 20):
-                    sink(piece)
-                return answer.status, b""
-        except (OSError, http.client.HTTPException) as err:
-            raise FilerUnreadable(f"GET {path}: {type(err).__name__}: {err}") from err
+            answer = self._client.request("GET", self._filer + path, headers, None, sink=sink)
+        except SendError as err:
+            raise FilerUnreadable(f"GET {path}: {err}") from err
+        return answer.status, answer.body
 
     def read(self, directory: str) -> AdapterFiles | None:
         base = self._root + "/" + directory.strip("/") + "/"

@@ -1,4 +1,4 @@
-"""functions/adapters/http1.py reads an answer as http.client does: over generated answers
+"""functions/transport/wire.py reads an answer as http.client does: over generated answers
 (status lines, repeated and cased headers, Content-Length, chunked with trailers, read to the
 end, HTTP/1.0 and 1.1, HEAD, 1xx/204/304, truncations), `read_answer` gives http.client's status,
 body, headers and will_close, or both raise. `request_bytes` writes what http.client sends."""
@@ -13,7 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from functions.adapters import http1
+from functions.transport import wire
 
 NAMES = st.sampled_from(
     ["Content-Type", "content-length", "Transfer-Encoding", "Connection", "Keep-Alive", "X-Seq", "Audit-Id"]
@@ -77,7 +77,7 @@ def stdlib(data: bytes, method: str) -> tuple[str, Any]:
 
 def ours(data: bytes, method: str) -> tuple[str, Any]:
     try:
-        head, body = http1.read_answer(io.BufferedReader(io.BytesIO(data)), method)  # type: ignore[arg-type]
+        head, body = wire.read_answer(io.BufferedReader(io.BytesIO(data)), method)  # type: ignore[arg-type]
     except Exception as err:
         return "raised", type(err).__name__
     return "answer", (head.status, body, head.headers, head.will_close)
@@ -92,7 +92,7 @@ def test_an_answer_is_read_as_http_client_reads_it(answer: tuple[bytes, str]) ->
     if theirs[0] == "raised":
         assert mine[0] == "raised", (mine, theirs)
     elif mine[0] == "raised" and colonless_header(data):
-        return  # refused here on purpose (http1's docstring); http.client keeps it as a defect
+        return  # refused here on purpose (wire's docstring); http.client keeps it as a defect
     else:
         assert mine == theirs
 
@@ -119,8 +119,8 @@ def streamed(data: bytes, method: str, step: int, size: int) -> tuple[str, Any]:
     and one receive, until b""; then what is left on the connection."""
     fp = io.BufferedReader(Trickle(data, step))
     try:
-        head = http1.read_head(fp, method)
-        body = http1.Body(fp, head)
+        head = wire.read_head(fp, method)
+        body = wire.Body(fp, head)
         pieces = list(iter(lambda: body.read1(size), b""))
     except Exception as err:
         return "raised", type(err).__name__
@@ -147,9 +147,9 @@ def test_a_body_read_piece_by_piece_leaves_the_next_answer_in_place() -> None:
     first = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n0\r\nX-T: 1\r\n\r\n"
     second = b"HTTP/1.1 204 No Content\r\n\r\n"
     fp = io.BufferedReader(Trickle(first + second, 7))
-    body = http1.Body(fp, http1.read_head(fp, "GET"))
+    body = wire.Body(fp, wire.read_head(fp, "GET"))
     assert b"".join(iter(body.read1, b"")) == b"abc"
-    assert http1.read_answer(fp, "GET") == (http1.Head(204, {}, False, False, 0), b"")
+    assert wire.read_answer(fp, "GET") == (wire.Head(204, {}, False, False, 0), b"")
 
 
 def colonless_header(data: bytes) -> bool:
@@ -181,7 +181,7 @@ def test_a_request_is_what_http_client_sends() -> None:
         connection.sock = capture  # type: ignore[assignment]
         connection.request(method, "/api/v1/pods?limit=5", body=body, headers=headers)
         assert (
-            http1.request_bytes(method, "/api/v1/pods?limit=5", "10.0.0.1:6443", headers, body)
+            wire.request_bytes(method, "/api/v1/pods?limit=5", "10.0.0.1:6443", headers, body)
             == capture.sent
         )
 
@@ -189,9 +189,9 @@ def test_a_request_is_what_http_client_sends() -> None:
 @pytest.mark.parametrize("target", ["/a b", "/a\r\nX: y", "/\x00"])
 def test_a_target_that_would_split_the_request_is_refused(target: str) -> None:
     with pytest.raises(http.client.InvalidURL):
-        http1.request_bytes("GET", target, "h", {}, None)
+        wire.request_bytes("GET", target, "h", {}, None)
 
 
 def test_a_header_value_that_would_split_the_request_is_refused() -> None:
     with pytest.raises(ValueError, match="invalid header"):
-        http1.request_bytes("GET", "/", "h", {"X-A": "1\r\nX-B: 2"}, None)
+        wire.request_bytes("GET", "/", "h", {"X-A": "1\r\nX-B: 2"}, None)

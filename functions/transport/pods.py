@@ -2,9 +2,8 @@
 
 A load fans out to every replica of a deployment, and a reload bursts into one pod, so each pod
 keeps up to `keepalive_per_pod` idle connections for the next call. A call takes the most
-recently used idle one of its own pod (no scan of other pods' connections, as httpcore's single
-pool did: one pool shared by 50 pods made every call pay for all 50), and costs the http.client
-exchange alone (functions/adapters/engines.py has the figures).
+recently used idle one of its own pod, so a call never scans other pods' connections (one pool
+shared by 50 pods would make every call pay for all 50).
 
 Pods come and go with new addresses, and a resync meets every Ready pod (5,000 at scale), so
 two bounds hold: a pod not called for `idle_after_s` has its connections closed when the next
@@ -22,7 +21,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable
 
-from functions.adapters.keepalive import KeepAlive
+from functions.transport.keepalive import KeepAlive
 
 
 class PodConnections:

@@ -1,16 +1,12 @@
 """One HTTP/1.1 request written and its answer read, as http.client does, without its layers.
 
-`KeepAlive.request` (functions/adapters/keepalive.py) is every step's API round trip and the
-embedded stack's broker deliveries; `KeepAlive.exchange` is every engine call and the filer's
-small reads, whose body the caller reads under its own cap (`read_head`, then `Body.read1`).
-http.client builds a request header by header (a check
-per name and value), and reads the answer's headers through the email package's parser:
-~35 us of CPU per answer for the header block alone, a few percent of an event. Here the
-request is one join and the answer is read line by line.
+functions/transport/keepalive.py sends every request of functions/ through it. http.client
+builds a request header by header and reads the answer's headers through the email package's
+parser; here the request is one join and the answer is read line by line.
 
 What `read_answer` returns equals what http.client's `HTTPResponse.begin` and `read` give for
 the same bytes: status, body, headers, and whether the connection must close
-(tests/unit/test_http1.py holds them equal over generated answers). Its limits are
+(tests/unit/test_wire.py holds them equal over generated answers). Its limits are
 http.client's: 65,536 bytes per line, 100 headers. A header line without a colon, which
 http.client passes to the email parser as a defect, is refused here (`BadStatusLine`): the
 API server and the filer never send one. An engine that does fails that call, as any other

@@ -1,40 +1,30 @@
-"""HTTP/1.1 keep-alive connections to one server: http.client's sockets, http1's framing.
+"""HTTP/1.1 keep-alive connections to one server: http.client's sockets, wire.py's framing.
 
-The Kubernetes API is every step's busiest peer (a load event makes three to six requests), and
-httpx's client and connection pool cost ~0.7-1.2 ms of CPU per request on top of the socket
-work (request building, cookie extraction, the pool's scan of its connections): more than the
-handler's own decisions. Here a request is one round trip (written and read by
-functions/adapters/http1.py as http.client would) on a connection taken from a small
-last-in-first-out stack of idle ones, so the hottest connection (and its TLS
-session) is reused and at most `max_idle` stay open.
+The one `Transport` of functions/ (functions/transport/base.py), for http and https. A
+request is one round trip on a connection taken from a small last-in-first-out stack of idle
+ones, so the hottest connection (and its TLS session) is reused and at most `max_idle` stay
+open; the per-request work of a general client (its pool's scan, its request and cookie
+models) is left out because the API server is every step's busiest peer.
 
-A kept connection the server has closed meanwhile (its idle timeout, a restart) shows as
-readable before it is reused and is dropped (as httpcore and Go's transport check theirs); one
-that fails before any answer arrived is retried once on a new connection, as a stale
-keep-alive socket is not the server's answer (`replay=False`: reported instead). Failures are
-raised as httpx's transport errors, so callers handle both transports alike. The embedded
-stack's stand-ins send through the same connections (devstack/keepalive.py).
+A kept connection the server has closed meanwhile (its idle timeout, a restart) is dropped
+before it is reused (as httpcore and Go's transport check theirs). `request` sends again, once,
+when a kept connection fails before any answer arrived (`replay=False`: reported instead).
 
-`exchange` is the engines' round trip (functions/adapters/engines.py): a pod is another
-tenant's process, so the whole call has one wall-clock deadline (every connect, send and
-receive, the headers' included, bounded by what is left of it), the caller reads the body
-under its own byte cap (`http1.Body.read1`), and a connection whose answer was not read to its
-end is closed, never reused. A request is sent again on a new connection as Go's transport decides it
-(`persistConn.shouldRetryRequest`, net/http/transport.go): only after a kept connection failed,
-and only when not one byte of the request had been written, or when the request is a GET and
-the server closed or reset the connection before the first byte of an answer. A POST that may
-have reached the engine is never sent twice (a vLLM load sent again answers "already loaded").
+`exchange` is the round trip with a peer that may be hostile (an engine pod) or slow to read
+(a file's bytes): the whole call has one wall-clock deadline (every connect, send and receive,
+the headers' included, bounded by what is left of it, so a trickled answer is cut off), the
+caller reads the body under its own cap, and a connection whose answer was not read to its end
+is closed, never reused. It sends a request again on a new connection only as Go's transport
+decides it (`persistConn.shouldRetryRequest`, net/http/transport.go): after a kept connection
+failed, when not one byte of the request had been written, or for a GET the server closed before
+answering. A POST that may have reached the engine is never sent twice (a vLLM load sent again
+answers "already loaded").
 
-Every socket call releases the GIL, and in a busy function process each release hands the
-interpreter to another request thread and takes it back: two context switches, ~8 us each on
-this machine's VM (`perf bench sched pipe`), whether the call waited or not. A Python socket
-timeout adds a `poll` before every send and receive, and an idle connection's check was a
-`select`: three releases per exchange that never wait. So on Linux a plain (not TLS) socket
-stays in blocking mode with the kernel's own per-call timeouts (SO_SNDTIMEO, SO_RCVTIMEO, set
-from what is left before each call; set without releasing the GIL), and an idle connection is
-checked by its TCP state (TCP_INFO: the server's FIN or RST moved it out of ESTABLISHED), also
-without a release. TLS sockets keep Python's timeouts: CPython's SSL read retries a blocking
-socket's EAGAIN forever instead of raising.
+Every socket call releases the GIL, and a Python socket timeout adds a `poll` before each send
+and receive; so on Linux a plain socket stays blocking with the kernel's own per-call timeouts
+(SO_SNDTIMEO, SO_RCVTIMEO, set without a release), and an idle connection is checked by its TCP
+state (TCP_INFO) rather than a `select`. TLS sockets keep Python's timeouts: CPython's SSL read
+retries a blocking socket's EAGAIN forever instead of raising.
 """
 
 from __future__ import annotations
@@ -47,14 +37,13 @@ import ssl
 import struct
 import sys
 import threading
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
-from typing import Any, NamedTuple
+from typing import Any
 from urllib.parse import urlsplit
 
-import httpx
-
-from functions.adapters import http1
+from functions.transport import wire
+from functions.transport.base import Answer, Body, Deadline, Streamed, TransportError, TransportTimeout
 
 STALE = (ConnectionError, http.client.RemoteDisconnected, http.client.BadStatusLine, ssl.SSLEOFError)
 """What a kept connection the server closed raises on its next use (before any answer)."""
@@ -64,40 +53,8 @@ longs on Linux); elsewhere Python's socket timeouts, as TLS sockets everywhere."
 _TCP_ESTABLISHED = 1
 """tcpi_state, the first byte of Linux's struct tcp_info (include/net/tcp_states.h)."""
 RECEIVE_BYTES = 64 << 10
-"""What one receive may bring: an engine's listing of 20 adapters is 9.4 KB, a page of pods
-or adapters tens of KB, each one receive (and one let-go of the GIL) where io's default of
-8 KiB took two or more."""
-
-
-class Answer(NamedTuple):
-    status: int
-    body: bytes
-    headers: Mapping[str, str]
-    """Lower-cased names; a repeated header's values joined by ", " (RFC 9110 5.3)."""
-
-
-class Streamed(NamedTuple):
-    """An exchange's answer: status and headers read, the body left for the caller to read."""
-
-    status: int
-    headers: Mapping[str, str]
-    """Lower-cased names; a repeated header's values joined by ", " (RFC 9110 5.3)."""
-    will_close: bool
-    body: http1.Body
-
-
-class Deadline(NamedTuple):
-    """The wall-clock moment one exchange must be over by, on `clock`'s scale."""
-
-    at: float
-    clock: Callable[[], float]
-
-    def left(self) -> float:
-        """What is left of it; TimeoutError once it has passed."""
-        left = self.at - self.clock()
-        if left <= 0:
-            raise TimeoutError("deadline passed")
-        return left
+"""What one receive may bring: a page of pods or adapters in one receive (one let-go of the
+GIL), where io's default of 8 KiB takes several."""
 
 
 class _Receiver(io.RawIOBase):
@@ -139,6 +96,43 @@ def _send_all(sock: socket.socket, data: bytes) -> None:
         sock.sendall(data)
     except BlockingIOError as err:  # the kernel's SO_SNDTIMEO ran out
         raise TimeoutError("timed out") from err
+
+
+def _send_counted(connection: _Connection, sock: socket.socket, data: bytes, deadline: Deadline) -> None:
+    """Send `data` within the deadline, counting what left (sendall does not say), so that a
+    failure knows whether the server can have seen any of the request."""
+    view = memoryview(data)
+    while view:
+        _bound(sock, deadline.left(), socket.SO_SNDTIMEO)
+        try:
+            sent = sock.send(view)
+        except BlockingIOError as err:  # the kernel's SO_SNDTIMEO ran out
+            raise TimeoutError("timed out") from err
+        connection.written += sent
+        view = view[sent:]
+
+
+def failure(method: str, target: str, err: BaseException) -> TransportError:
+    """The transport's error for a failed round trip (a timeout: TransportTimeout)."""
+    if isinstance(err, TransportError):
+        return err
+    detail = str(err) or type(err).__name__
+    kind = TransportTimeout if isinstance(err, TimeoutError) else TransportError
+    return kind(f"{method} {target[:200]}: {detail}")
+
+
+class _Pieces:
+    """An exchange's body for its Streamed: wire.Body's reads, their failures the transport's."""
+
+    def __init__(self, body: wire.Body, method: str, target: str) -> None:
+        self._body = body
+        self._what = (method, target)
+
+    def read1(self, size: int = 1 << 16) -> bytes:
+        try:
+            return self._body.read1(size)
+        except (OSError, http.client.HTTPException) as err:
+            raise failure(*self._what, err) from err
 
 
 class _Connection(http.client.HTTPConnection):
@@ -241,13 +235,9 @@ class KeepAlive:
                 connection.close()  # the server closed it while it was idle: once more, anew
                 connection = self._new()
                 answer = self._round_trip(connection, method, target, headers, body, timeout)
-        except TimeoutError as err:
-            connection.close()
-            raise httpx.TimeoutException(f"{method} {target[:200]}: timed out") from err
         except (OSError, http.client.HTTPException) as err:
             connection.close()
-            detail = str(err) or type(err).__name__
-            raise httpx.TransportError(f"{method} {target[:200]}: {detail}") from err
+            raise failure(method, target, err) from err
         self._give_back(connection)
         return answer
 
@@ -257,28 +247,31 @@ class KeepAlive:
         method: str,
         target: str,
         headers: Mapping[str, str],
-        body: bytes | None,
+        body: Body,
         deadline: Deadline,
     ) -> Iterator[Streamed]:
         """One round trip ending by `deadline`: the answer with its status and headers read, for
-        the caller to read the body from (`body.read1`: each receive bounded by what is left).
-        The connection is kept for the next one only when the body was read to its end inside
-        the block. Failures are the standard library's (TimeoutError, OSError, HTTPException)."""
+        the caller to read the body from (each receive bounded by what is left). The connection
+        is kept for the next one only when the body was read to its end inside the block."""
         connection, reused = self._take()
         try:
-            answer = self._send_within(connection, method, target, headers, body, deadline)
+            try:
+                sent = self._send_within(connection, method, target, headers, body, deadline)
+            except (OSError, http.client.HTTPException) as err:
+                if not (reused and may_send_again(method, connection.written, err)):
+                    raise
+                connection = self._new()  # the kept one failed under it: once more, anew
+                sent = self._send_within(connection, method, target, headers, body, deadline)
         except (OSError, http.client.HTTPException) as err:
-            if not (reused and may_send_again(method, connection.written, err)):
-                raise
-            connection = self._new()  # the kept one failed under it: once more, anew
-            answer = self._send_within(connection, method, target, headers, body, deadline)
+            raise failure(method, target, err) from err
+        head, content = sent
         kept = False
         try:
-            yield answer
+            yield Streamed(head.status, head.headers, _Pieces(content, method, target))
             # read to its end (what is left would garble the next answer on this connection)
-            kept = answer.body.done and not answer.will_close
+            kept = content.done and not head.will_close
         finally:
-            answer.body.close()
+            content.close()
             if kept:
                 self._give_back(connection)
             else:
@@ -298,10 +291,11 @@ class KeepAlive:
         method: str,
         target: str,
         headers: Mapping[str, str],
-        body: bytes | None,
+        body: Body,
         deadline: Deadline,
-    ) -> Streamed:
-        wire = http1.request_bytes(method, self._prefix + target or "/", self._authority, headers, body)
+    ) -> tuple[wire.Head, wire.Body]:
+        whole, pieces = (body, ()) if isinstance(body, bytes | None) else (None, body)
+        head = wire.request_bytes(method, self._prefix + target or "/", self._authority, headers, whole)
         connection.written = 0
         try:
             if connection.sock is None:
@@ -309,25 +303,19 @@ class KeepAlive:
                 connection.connect()
             connection.per_call(None)  # each call below is bounded by what is left of the deadline
             sock = connection.sock
-            view = memoryview(wire)
-            while view:  # counted, so that a failure knows whether any byte left (sendall does not say)
-                _bound(sock, deadline.left(), socket.SO_SNDTIMEO)
-                try:
-                    sent = sock.send(view)
-                except BlockingIOError as err:  # the kernel's SO_SNDTIMEO ran out
-                    raise TimeoutError("timed out") from err
-                connection.written += sent
-                view = view[sent:]
+            _send_counted(connection, sock, head, deadline)
+            for piece in pieces:  # a streamed body: its length is in the caller's headers
+                _send_counted(connection, sock, piece, deadline)
             answer = io.BufferedReader(_Receiver(sock, deadline), RECEIVE_BYTES)
             try:
-                head = http1.read_head(answer, method)
+                found = wire.read_head(answer, method)
             except BaseException:
                 answer.close()
                 raise
         except BaseException:
             connection.close()
             raise
-        return Streamed(head.status, head.headers, head.will_close, http1.Body(answer, head))
+        return found, wire.Body(answer, found)
 
     def _round_trip(
         self,
@@ -341,10 +329,10 @@ class KeepAlive:
         connection.bound(timeout)
         if connection.sock is None:
             connection.connect()
-        wire = http1.request_bytes(method, self._prefix + target or "/", self._authority, headers, body)
-        _send_all(connection.sock, wire)
+        request = wire.request_bytes(method, self._prefix + target or "/", self._authority, headers, body)
+        _send_all(connection.sock, request)
         with io.BufferedReader(_Receiver(connection.sock), RECEIVE_BYTES) as answer:
-            head, content = http1.read_answer(answer, method)
+            head, content = wire.read_answer(answer, method)
         if head.will_close:
             connection.close()
         return Answer(head.status, content, head.headers)
