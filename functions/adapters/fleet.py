@@ -36,7 +36,6 @@ from functions.logic.pods import (
     LOOPBACK,
     Address,
     Endpoint,
-    Runtime,
     denied_by,
     endpoint,
     parse_networks,
@@ -60,10 +59,10 @@ from functions.logic.serving import (
 from functions.ports import ServingPorts, Written
 from functions.resources.kinds import (
     INFERENCE_SERVICE,
-    INFERENCE_SERVICE_LABEL,
     MODEL_DEPLOYMENT,
-    MODEL_DEPLOYMENT_LABEL,
     POD,
+    SERVING_BY_RUNTIME,
+    SERVING_BY_TARGET,
     SGLANG_ADAPTER,
     VLLM_ADAPTER,
     Kind,
@@ -71,10 +70,6 @@ from functions.resources.kinds import (
 
 log = logging.getLogger("loraflow.fleet")
 Obj = dict[str, Any]
-ADAPTER_KINDS: dict[str, Kind] = {"vllm": VLLM_ADAPTER, "sglang": SGLANG_ADAPTER}
-TARGET_KINDS: dict[str, Kind] = {"ModelDeployment": MODEL_DEPLOYMENT, "InferenceService": INFERENCE_SERVICE}
-RUNTIMES: dict[str, Runtime] = {"ModelDeployment": "vllm", "InferenceService": "sglang"}
-LABELS = {"ModelDeployment": MODEL_DEPLOYMENT_LABEL, "InferenceService": INFERENCE_SERVICE_LABEL}
 Denied = Callable[[Address, int], bool]
 RANK_UNBOUNDED = 1 << 30
 """adapter_config.json is checked once for what it is; each target's own maximum rank is the
@@ -142,8 +137,8 @@ def observe(ports: ServingPorts, request: Request) -> Observed:
     target_keys = sorted(t for t in request.targets if t.name)
     adapter_namespaces = sorted({t.namespace for t in request.targets if t.kind == "ModelDeployment"})
     first = (
-        [partial(kube.get, ADAPTER_KINDS[k.kind], k.namespace, k.name) for k in adapter_keys]
-        + [partial(kube.get, TARGET_KINDS[t.kind], t.namespace, t.name) for t in target_keys]
+        [partial(kube.get, SERVING_BY_RUNTIME[k.kind].adapter, k.namespace, k.name) for k in adapter_keys]
+        + [partial(kube.get, SERVING_BY_TARGET[t.kind].target, t.namespace, t.name) for t in target_keys]
         + [partial(_listed, kube, MODEL_DEPLOYMENT, ns) for ns in sorted(vllm_namespaces)]
         + [partial(_listed, kube, VLLM_ADAPTER, ns) for ns in adapter_namespaces]
     )
@@ -304,7 +299,7 @@ def _never_called(engine_deny: str, loopback: str, server: tuple[str, int] | Non
 
 
 def _endpoint(pod: Obj, target: TargetKey, denied: Denied) -> Endpoint | None:
-    ep = endpoint(pod, RUNTIMES[target.kind], denied)
+    ep = endpoint(pod, SERVING_BY_TARGET[target.kind].runtime, denied)
     return ep if ep is not None and ep.namespace == target.namespace else None
 
 
@@ -322,7 +317,10 @@ def _pods_and_configs(
     """The engines of `watched`'s pods (label-selected in each target's namespace) and the
     configs of `config_keys`, read side by side."""
     reads = [
-        partial(_listed, ports.kube, POD, key.namespace, f"{LABELS[key.kind]}={key.name}") for key in watched
+        partial(
+            _listed, ports.kube, POD, key.namespace, f"{SERVING_BY_TARGET[key.kind].pod_label}={key.name}"
+        )
+        for key in watched
     ] + [partial(_config, ports, objects[key]) for key in config_keys]
     answers = side_by_side(reads, ports.settings.load_concurrency)
     found: dict[tuple[TargetKey, str], Endpoint] = {}
@@ -575,10 +573,14 @@ def still_alive(ports: ServingPorts, keys: Iterable[AdapterKey]) -> set[AdapterK
     for (kind, namespace), names in groups.items():
         if len(names) == 1:
             (name,) = names
-            found = ports.kube.get(ADAPTER_KINDS[kind], namespace, name)
+            found = ports.kube.get(SERVING_BY_RUNTIME[kind].adapter, namespace, name)
             objs = [found] if found is not None else []
         else:
-            objs = [o for o in ports.kube.iter(ADAPTER_KINDS[kind], namespace) if facts.name_of(o) in names]
+            objs = [
+                o
+                for o in ports.kube.iter(SERVING_BY_RUNTIME[kind].adapter, namespace)
+                if facts.name_of(o) in names
+            ]
         alive |= {AdapterKey(kind, namespace, facts.name_of(o)) for o in objs if not facts.deleting(o)}  # type: ignore[arg-type]
     return alive
 
@@ -643,7 +645,11 @@ def write_statuses(ports: ServingPorts, observed: Observed, executed: Executed) 
             )
 
         return ports.kube.write_status(
-            ADAPTER_KINDS[key.kind], key.namespace, key.name, desired, current=observed.objects[key]
+            SERVING_BY_RUNTIME[key.kind].adapter,
+            key.namespace,
+            key.name,
+            desired,
+            current=observed.objects[key],
         )
 
     written = dict(bounded_map(sorted(chosen), write, ports.settings.load_concurrency))

@@ -7,7 +7,7 @@ labels/subdomains), so a hostile event is rejected with 400 before any I/O happe
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, Literal, TypeVar
+from typing import Any, TypeVar
 
 from cloudevents.http import CloudEvent
 from pydantic import ValidationError
@@ -21,12 +21,9 @@ from functions.logic.paths import check_label, check_subdomain, is_subdomain
 from functions.logic.serving import AdapterKey, TargetKey
 from functions.resources.kinds import (
     ADAPTER_KINDS,
-    INFERENCE_SERVICE,
-    INFERENCE_SERVICE_LABEL,
-    MODEL_DEPLOYMENT,
-    MODEL_DEPLOYMENT_LABEL,
-    SGLANG_ADAPTER,
-    VLLM_ADAPTER,
+    SERVING_BY_API_VERSION,
+    SERVING_BY_RUNTIME,
+    SERVING_KINDS,
     Kind,
     by_api_version_and_kind,
 )
@@ -81,25 +78,16 @@ def is_deleted(event: CloudEvent) -> bool:
 
 
 def adapter_key(ref: AdapterRef) -> AdapterKey:
-    return AdapterKey(
-        "vllm" if ref.api_version == VLLM_ADAPTER.api_version else "sglang", ref.namespace, ref.name
-    )
+    return AdapterKey(SERVING_BY_API_VERSION[ref.api_version].runtime, ref.namespace, ref.name)
 
 
 def adapter_kind_of(key: AdapterKey) -> Kind:
-    return VLLM_ADAPTER if key.kind == "vllm" else SGLANG_ADAPTER
-
-
-API_VERSIONS: dict[
-    str, Literal["rackai.rackspace.com/v1alpha1", "inference.rackai.rackspace.com/v1alpha1"]
-] = {
-    "vllm": "rackai.rackspace.com/v1alpha1",
-    "sglang": "inference.rackai.rackspace.com/v1alpha1",
-}
+    return SERVING_BY_RUNTIME[key.kind].adapter
 
 
 def ref_of(key: AdapterKey) -> AdapterRef:
-    return AdapterRef(api_version=API_VERSIONS[key.kind], namespace=key.namespace, name=key.name)
+    api_version = SERVING_BY_RUNTIME[key.kind].api_version
+    return AdapterRef(api_version=api_version, namespace=key.namespace, name=key.name)
 
 
 def subject_of(key: AdapterKey) -> str:
@@ -117,21 +105,19 @@ def is_pod(obj: dict[str, Any]) -> bool:
 def object_adapter_key(obj: dict[str, Any]) -> AdapterKey | None:
     """The key of an apiserver event's object when it is a LoRAAdapter of either kind."""
     kind = kind_of_object(obj)
-    if kind not in (VLLM_ADAPTER, SGLANG_ADAPTER):
+    serving = next((s for s in SERVING_KINDS if s.adapter == kind), None)
+    if serving is None:
         return None
     meta = obj["metadata"]
-    return AdapterKey("vllm" if kind == VLLM_ADAPTER else "sglang", meta["namespace"], meta["name"])
+    return AdapterKey(serving.runtime, meta["namespace"], meta["name"])
 
 
 def target_key(obj: dict[str, Any]) -> TargetKey | None:
     """The key of an apiserver event's object when it is a ModelDeployment or InferenceService."""
     kind = kind_of_object(obj)
     meta = obj["metadata"]
-    if kind == MODEL_DEPLOYMENT:
-        return TargetKey("ModelDeployment", meta["namespace"], meta["name"])
-    if kind == INFERENCE_SERVICE:
-        return TargetKey("InferenceService", meta["namespace"], meta["name"])
-    return None
+    serving = next((s for s in SERVING_KINDS if s.target == kind), None)
+    return None if serving is None else TargetKey(serving.target_kind, meta["namespace"], meta["name"])
 
 
 def serving_target(pod: dict[str, Any]) -> TargetKey | None:
@@ -139,9 +125,8 @@ def serving_target(pod: dict[str, Any]) -> TargetKey | None:
     that is no object name."""
     labels = (pod.get("metadata") or {}).get("labels") or {}
     namespace = pod["metadata"]["namespace"]
-    md, isvc = labels.get(MODEL_DEPLOYMENT_LABEL), labels.get(INFERENCE_SERVICE_LABEL)
-    if isinstance(md, str) and is_subdomain(md):
-        return TargetKey("ModelDeployment", namespace, md)
-    if isinstance(isvc, str) and is_subdomain(isvc):
-        return TargetKey("InferenceService", namespace, isvc)
+    for serving in SERVING_KINDS:  # in the table's order: a pod labelled for both names its ModelDeployment
+        name = labels.get(serving.pod_label)
+        if isinstance(name, str) and is_subdomain(name):
+            return TargetKey(serving.target_kind, namespace, name)
     return None

@@ -60,7 +60,7 @@ from functions.logic.serving import (
     TargetKey,
     TargetReport,
 )
-from functions.resources.kinds import FINALIZER, SGLANG_ADAPTER, VLLM_ADAPTER
+from functions.resources.kinds import FINALIZER, SERVING_BY_RUNTIME
 
 Obj = dict[str, Any]
 Listing = dict[str, str] | None
@@ -419,7 +419,7 @@ def every_nudge(snapshot: Snapshot, mount_root: str, restat: str | None = None) 
         def add(key: AdapterKey, step: str, reason: str) -> None:
             if mine is not None and key in objects and key not in mine:
                 return  # another shard judges it
-            api_version = (VLLM_ADAPTER if key.kind == "vllm" else SGLANG_ADAPTER).api_version
+            api_version = SERVING_BY_RUNTIME[key.kind].api_version
             nudges[(api_version, key.namespace, key.name, step)].append(reason)
 
         return add

@@ -1,4 +1,5 @@
-"""Where each kind lives in the Kubernetes API, and the labels and finalizer we rely on.
+"""Where each kind lives in the Kubernetes API, the labels and finalizer we rely on, and the one
+table of the two LoRAAdapter kinds (`SERVING_KINDS`: each one's runtime, target and pod label).
 
 Nothing here imports the models (functions.resources.rackai, .inference): the steps that read
 raw objects (load, reload, unload, resync, ingest) need the kinds, not the models, and each
@@ -6,7 +7,7 @@ model class costs its definition at every cold start."""
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import Literal, NamedTuple, cast
 
 RACKAI_GROUP = "rackai.rackspace.com"
 """The vllm kind: LoRAAdapter (vLLM), Model, ModelDeployment."""
@@ -47,7 +48,42 @@ NAMESPACE = Kind("", "v1", "namespaces", "Namespace")
 LEASE = Kind("coordination.k8s.io", "v1", "leases", "Lease")
 """Where the filer source keeps its cursor (annotations of one Lease in its own namespace)."""
 
-ADAPTER_KINDS = {VLLM_ADAPTER.api_version: VLLM_ADAPTER, SGLANG_ADAPTER.api_version: SGLANG_ADAPTER}
+Runtime = Literal["vllm", "sglang"]
+TargetKind = Literal["ModelDeployment", "InferenceService"]
+AdapterApiVersion = Literal["rackai.rackspace.com/v1alpha1", "inference.rackai.rackspace.com/v1alpha1"]
+
+
+class ServingKind(NamedTuple):
+    """One of the two LoRAAdapter kinds and what serves it. The layers above read these facts
+    from `SERVING_KINDS` alone, so that they cannot disagree."""
+
+    runtime: Runtime
+    """The adapter's kind in the serving planner (its AdapterKey) and its engine."""
+    adapter: Kind
+    target: Kind
+    """What serves it: a ModelDeployment (vllm) or an InferenceService (sglang)."""
+    pod_label: str
+    """The label that names the target on each of its Pods."""
+
+    @property
+    def api_version(self) -> AdapterApiVersion:
+        # a Kind holds plain strings; tests/unit/test_kinds.py holds both rows to these Literals
+        return cast(AdapterApiVersion, self.adapter.api_version)
+
+    @property
+    def target_kind(self) -> TargetKind:
+        return cast(TargetKind, self.target.kind)
+
+
+SERVING_KINDS = (
+    ServingKind("vllm", VLLM_ADAPTER, MODEL_DEPLOYMENT, MODEL_DEPLOYMENT_LABEL),
+    ServingKind("sglang", SGLANG_ADAPTER, INFERENCE_SERVICE, INFERENCE_SERVICE_LABEL),
+)
+SERVING_BY_RUNTIME: dict[str, ServingKind] = {s.runtime: s for s in SERVING_KINDS}
+SERVING_BY_TARGET: dict[str, ServingKind] = {s.target.kind: s for s in SERVING_KINDS}
+"""By the target's kind name, as a TargetKey holds it."""
+SERVING_BY_API_VERSION: dict[str, ServingKind] = {s.adapter.api_version: s for s in SERVING_KINDS}
+ADAPTER_KINDS = {s.adapter.api_version: s.adapter for s in SERVING_KINDS}
 
 
 def by_api_version_and_kind(api_version: str, kind: str) -> Kind | None:
