@@ -37,7 +37,14 @@ BENCHMARKS: dict[str, int] = {
     "notification_latency": 14,
     "upload_storm": 15,
 }
-OPTIONAL = {"upload_latency": 1, "throughput": 9, "pipeline_cold": 11, "freeze": 16, "capacity": 17}
+OPTIONAL = {
+    "upload_latency": 1,
+    "throughput": 9,
+    "pipeline_cold": 11,
+    "freeze": 16,
+    "capacity": 17,
+    "transport": 18,
+}
 """Run when their module exists (the stack's rows, and rows other work adds)."""
 
 
