@@ -1,9 +1,9 @@
 """Counters and histograms with labels, exposed in Prometheus' text format (0.0.4).
 
 What the functions need from a metrics library is this small: thread-safe counters and
-histograms by label, and their text at `GET /metrics`. prometheus_client did it, and its
-import cost every cold start ~15-25 ms (its exposition module pulls in wsgiref, http.server,
-urllib and more): a sixth of what a step may take over a bare function (bench/cold_start.py).
+histograms by label, and their text at `GET /metrics`. prometheus_client did it, but its
+exposition module pulls wsgiref, http.server, urllib and more into every cold start
+(docs/benchmarks.md).
 The text follows https://prometheus.io/docs/instrumenting/exposition_formats/ (0.0.4);
 tests/unit/test_metrics.py holds it to prometheus_client's own parser and output. Omitted:
 the optional `_created` series.

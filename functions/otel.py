@@ -2,7 +2,7 @@
 
 Off unless asked for, and then only: nothing here imports opentelemetry at module level, and
 `functions.tracing.configure` imports this wiring only when the environment asks for traces, so
-a step's cold start without it pays nothing (the SDK and the OTLP exporter import ~100 ms).
+a step's cold start without it does not pay for importing the SDK and the OTLP exporter.
 
 Asked for by the standard variables: OTEL_TRACES_EXPORTER (`otlp`, `console`; `none` = off), or
 an OTLP endpoint (OTEL_EXPORTER_OTLP_ENDPOINT / OTEL_EXPORTER_OTLP_TRACES_ENDPOINT, which then

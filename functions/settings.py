@@ -3,7 +3,7 @@
 `Settings.from_env(env)` reads a mapping (the process environment by default); tests build
 `Settings(load_concurrency=3)` directly and never touch os.environ. pydantic parses and bounds
 the values; pydantic-settings is not used: its sources read os.environ whatever they are
-given, and importing it cost ~70 ms more per cold start (bench 4) for ~15 variables.
+given, and importing it lengthens every cold start for a handful of variables.
 """
 
 from __future__ import annotations

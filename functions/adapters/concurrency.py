@@ -3,9 +3,8 @@
 Threads, not asyncio: every client underneath is blocking (the transport, boto3) and the
 calls wait on the network, where the GIL is released.
 
-Every invocation runs its calls on one process-wide pool of threads, kept between events: a
-pool built per call started its threads anew each time, ~0.15 ms of CPU per thread (a load
-event with 3 pods started ~6). Each invocation keeps its own width: `width` slots, the asking
+Every invocation runs its calls on one process-wide pool of threads, kept between events, so
+no event pays for starting threads. Each invocation keeps its own width: `width` slots, the asking
 thread (the request's own) one of them, each running one call at a time and taking the next
 as its last one ends, so one tenant's 50-pod fan-out does not take the slots of another's
 event. Tasks on the pool never wait for other tasks on it (only the asking thread waits), so a
@@ -39,9 +38,7 @@ class _Workers:
 
     What concurrent.futures' ThreadPoolExecutor does, without its Futures, waiters and
     conditions: a load event makes three groups of side-by-side calls (its reads, pods and
-    config, listings), and with the executor each group cost ~0.2 ms of CPU more than the same
-    calls one after the other (on a 2-core machine, a tenth of the event); here a hand-over
-    is a queue put and a lock.
+    config, listings), and a hand-over here is a queue put and a lock.
     """
 
     def __init__(self, ceiling: int) -> None:
@@ -185,7 +182,7 @@ def _windowed(calls: Iterable[Callable[[], R]], width: int) -> list[_Outcome[R]]
     Each of the `width` slots is one pool thread that takes the next call itself as soon as its
     last one ended: a finished engine call goes straight on to the next pod's, with no wake-up
     of the asking thread and of another pool thread in between (each waits for the GIL behind
-    the other slots' answers; a fan-out's waves measured 2-4 ms apart at every hand-over).
+    the other slots' answers, so each hand-over would add a wait to the fan-out).
     The next call is taken from `calls` under a lock, so a generator plans one call at a time.
     One of the slots is the asking thread itself (it would only wait otherwise): two calls cost
     one hand-over to the pool, not two and a wake-up.
@@ -246,8 +243,7 @@ def pipeline(items: Iterable[T], observe: Callable[[T], list[Task]], width: int)
     Listings and loads have `width` slots each: a listing (a dictionary read in the engine)
     never waits behind a load (weights read, GPU memory allocated, ~100 ms to seconds), so the
     load slots stay busy back to back, and a pod's loads start as soon as its own listing is
-    in. Wider listing bursts measured slower on 2 cores (bench/fanout.py: 4x wide 650-700 ms,
-    as wide 580-615 ms for 50 pods). Returns when everything has finished, re-raising the
+    in. Wider listing bursts measured slower (docs/benchmarks.md). Returns when everything has finished, re-raising the
     first exception to have been raised (a failed listing queues no load).
     """
     width = max(1, width)

@@ -192,7 +192,7 @@ class _Entry(NamedTuple):
 
 def _document(path: Path) -> Any:
     """A kubeconfig file's content. JSON is YAML too, and parsed without importing the YAML
-    parser (~15 ms of a cold start); in a cluster there is no kubeconfig at all."""
+    parser into every cold start; in a cluster there is no kubeconfig at all."""
     try:
         text = path.read_text(encoding="utf-8")
     except OSError as err:

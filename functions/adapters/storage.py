@@ -73,9 +73,9 @@ class ListingPage(TypedDict, total=False):
 
 
 _LISTING_PAGE = TypeAdapter(ListingPage)
-"""Decodes a page straight from its bytes into the fields above. An entry of the real filer is
-~680 bytes of ~25 fields (times, Inode, `chunks` with their file ids); json.loads builds all
-of them as Python objects, ~3x the time of this decode, which skips what it does not keep."""
+"""Decodes a page straight from its bytes into the fields above: an entry of the real filer has
+some 25 fields (times, Inode, `chunks` with their file ids), and json.loads would build every
+one of them as Python objects where this skips what it does not keep."""
 
 
 class Storage(Protocol):
@@ -167,8 +167,8 @@ class ContentCache:
 
     Keyed by content, so never stale: an entry is stored only when the bytes read hash to the
     MD5 asked for, and a changed file has another MD5. A restarted replica reloads the same
-    adapters, so `reload` needs the same adapter_config.json files again (50 reads of ~10 ms
-    each before the first load, measured).
+    adapters, so `reload` needs the same adapter_config.json files again, each a read before
+    the first load.
     """
 
     def __init__(self, read: Callable[[str], bytes | None], entries: int = 512) -> None:
