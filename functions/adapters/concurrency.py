@@ -243,8 +243,8 @@ def pipeline(items: Iterable[T], observe: Callable[[T], list[Task]], width: int)
     Listings and loads have `width` slots each: a listing (a dictionary read in the engine)
     never waits behind a load (weights read, GPU memory allocated, ~100 ms to seconds), so the
     load slots stay busy back to back, and a pod's loads start as soon as its own listing is
-    in. Wider listing bursts measured slower (docs/benchmarks.md). Returns when everything has finished, re-raising the
-    first exception to have been raised (a failed listing queues no load).
+    in. Wider listing bursts measured slower (docs/benchmarks.md). Returns when everything has
+    finished, re-raising the first exception to have been raised (a failed listing queues no load).
     """
     width = max(1, width)
     to_list = deque(items)
