@@ -107,11 +107,11 @@ def _upload(args: argparse.Namespace) -> int:
         _console(stderr=True),
         target.filer_root,
     )
-    _print_upload(out, report, namespace, args.name)
+    _print_upload(out, report, namespace, args.name, args.model)
     return 0
 
 
-def _print_upload(out: Console, report: UploadReport, namespace: str, name: str) -> None:
+def _print_upload(out: Console, report: UploadReport, namespace: str, name: str, model: str) -> None:
     from loraflow.upload import SKIPPED
 
     for outcome in report.outcomes:
@@ -123,6 +123,12 @@ def _print_upload(out: Console, report: UploadReport, namespace: str, name: str)
         f"to {report.directory}"
     )
     out.print(f"LoRAAdapter {namespace}/{name} {report.adapter} with {len(report.outcomes)} MD5s")
+    if not report.model_exists:
+        out.print(
+            f"[yellow]No Model {model!r} in namespace {namespace!r}[/]: the adapter waits for it. "
+            f"Create the Model, and a ModelDeployment whose spec.loraAdapters lists {name!r} to serve it "
+            "(`kubectl apply -k examples/` makes both for the example in namespace team-a)."
+        )
 
 
 def _status(args: argparse.Namespace) -> int:

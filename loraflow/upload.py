@@ -34,7 +34,7 @@ from rich.progress import (
 from functions.adapters.storage import FilerStorage
 from functions.errors import LoraflowError, Reject
 from functions.logic.paths import adapter_dir
-from functions.resources.kinds import VLLM_ADAPTER
+from functions.resources.kinds import MODEL, VLLM_ADAPTER
 from loraflow.errors import CliError
 from loraflow.kubeapi import KubeCall
 
@@ -64,6 +64,8 @@ class UploadReport:
     outcomes: list[Outcome]
     adapter: str
     """"created" or "updated"."""
+    model_exists: bool = True
+    """Whether the namespace has the Model the adapter names (else it waits for one)."""
 
     @property
     def uploaded(self) -> list[Outcome]:
@@ -204,8 +206,10 @@ def upload(
         stored = stored_md5s(filer_url, storage_dir, filer_root=filer_root)
         outcomes = _send(files, storage_dir, stored, filer_url, progress, filer_root)
     md5 = {o.storage_path: o.file.md5 for o in outcomes}
-    action = apply_adapter(api(), namespace, name, model, md5)
-    return UploadReport(storage_dir, outcomes, action)
+    kube = api()
+    action = apply_adapter(kube, namespace, name, model, md5)
+    exists = KubeCall(kube, MODEL).get(namespace, model) is not None
+    return UploadReport(storage_dir, outcomes, action, exists)
 
 
 def _send(

@@ -1,4 +1,4 @@
-"""`loraflow upload` against the filer and Kubernetes stand-ins."""
+"""`loraflow upload` against the real SeaweedFS filer and the real API server."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ import pytest
 
 from devstack.seaweedfs import shared
 from functions.adapters.storage import S3Storage
+from functions.resources.kinds import MODEL as MODEL_KIND
 from functions.resources.kinds import VLLM_ADAPTER
 from loraflow.cli import main
 from loraflow.upload import md5_of, stored_md5s
@@ -78,6 +79,31 @@ def test_upload_stores_files_and_declares_integrity(
     assert [line.split()[0] for line in out.splitlines()[:3]] == ["uploaded"] * 3
     assert "3 uploaded" in out
     assert f"LoRAAdapter {namespace}/finance created" in out
+    # no Model in the namespace: the command says what to create for the adapter to be served
+    assert f"No Model '{MODEL}' in namespace '{namespace}'" in " ".join(out.split())
+    assert "kubectl apply -k examples/" in " ".join(out.split())
+
+
+def test_upload_next_to_its_model_says_nothing_more(
+    stack: CliStack, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    namespace = stack.namespace()
+    stack.custom.create_namespaced_custom_object(
+        MODEL_KIND.group,
+        MODEL_KIND.version,
+        namespace,
+        MODEL_KIND.plural,
+        {
+            "apiVersion": MODEL_KIND.api_version,
+            "kind": MODEL_KIND.kind,
+            "metadata": {"name": MODEL},
+            "spec": {},
+        },
+    )
+    make_adapter(tmp_path)
+    assert upload(stack, tmp_path, namespace, "finance") == 0
+    out = capsys.readouterr().out
+    assert f"LoRAAdapter {namespace}/finance created" in out and "No Model" not in out
 
 
 def test_reupload_skips_unchanged_and_sends_only_a_changed_file(
