@@ -95,13 +95,19 @@ def loaded_event(deps: Deps, result: fleet.Result, key: AdapterKey) -> CloudEven
     try:
         deps.broker.publish(
             messages.reply(
-                ADAPTER_LOADED, NAME, subject, AdapterLoaded(adapter=ref, pods=pods, failed=failed)
+                ADAPTER_LOADED,
+                NAME,
+                subject,
+                AdapterLoaded(adapter=ref, pods=pods, failed=failed),
+                schema_base_url=deps.settings.schema_base_url,
             )
         )
     except Retryable as err:
         log.warning("Could not publish the deprecated adapter.loaded.v1", extra={"error": str(err)})
     data = AdapterLoadedV2(adapter=ref, file_set=adapter.file_set, pods=pods, failed=failed)
-    return messages.reply(ADAPTER_LOADED_V2, NAME, subject, data)
+    return messages.reply(
+        ADAPTER_LOADED_V2, NAME, subject, data, schema_base_url=deps.settings.schema_base_url
+    )
 
 
 load = shell.function(NAME, ACCEPTS, handle)

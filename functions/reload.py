@@ -66,7 +66,9 @@ def handle(event: CloudEvent, deps: Deps) -> Reply:
         return None
     failed = [PodFailure(pod=name, reason=p.reason, message=p.message) for _, _, p in failing]
     data = PodReloaded(namespace=namespace, pod=name, adapters=loaded, failed=failed)
-    return messages.reply(POD_RELOADED, NAME, POD.path(namespace, name), data)
+    return messages.reply(
+        POD_RELOADED, NAME, POD.path(namespace, name), data, schema_base_url=deps.settings.schema_base_url
+    )
 
 
 reload = shell.function(NAME, ACCEPTS, handle)

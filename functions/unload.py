@@ -117,7 +117,9 @@ def handle(event: CloudEvent, deps: Deps) -> Reply:
     if obj is None or (not unloaded and not finalized):  # an orphan's copy: no adapter to speak of
         return None
     data = AdapterUnloaded(adapter=inputs.ref_of(key), pods=unloaded, finalized=finalized)
-    return messages.reply(ADAPTER_UNLOADED, NAME, inputs.subject_of(key), data)
+    return messages.reply(
+        ADAPTER_UNLOADED, NAME, inputs.subject_of(key), data, schema_base_url=deps.settings.schema_base_url
+    )
 
 
 def unload_failures(result: fleet.Result) -> list[serving.Outcome]:

@@ -14,9 +14,8 @@ from cloudevents.http import CloudEvent, from_http
 from pydantic import BaseModel, ValidationError
 
 from events import binary_mode
-from events.schema_urls import schema_url
+from events.schema_urls import DEFAULT_SCHEMA_BASE_URL, schema_url
 from functions import tracing
-from functions.edge.bootstrap import deps
 from functions.errors import BodyTooLarge, Reject, problems
 
 MAX_BODY_BYTES = 4 << 20
@@ -87,18 +86,25 @@ def data_as(event: CloudEvent, model: type[P]) -> P:
 
 
 def reply(
-    type_: str, function: str, subject: str, data: BaseModel, extensions: dict[str, str] | None = None
+    type_: str,
+    function: str,
+    subject: str,
+    data: BaseModel,
+    extensions: dict[str, str] | None = None,
+    *,
+    schema_base_url: str = DEFAULT_SCHEMA_BASE_URL,
 ) -> CloudEvent:
     """Our outgoing event: JSON data by alias (unset optionals omitted, as the samples show),
-    source `/loraflow/<function>`, `dataschema` its JSON Schema's URI, and the trace context of
-    the event being handled (every reply and every published event is built here)."""
+    source `/loraflow/<function>`, `dataschema` its JSON Schema's URI under `schema_base_url`
+    (the caller's `settings.schema_base_url`), and the trace context of the event being handled
+    (every reply and every published event is built here)."""
     attributes = {
         "type": type_,
         "source": f"/loraflow/{function}",
         "subject": subject,
         "id": str(uuid4()),
         "datacontenttype": "application/json",
-        "dataschema": schema_url(type_, deps().settings.schema_base_url),
+        "dataschema": schema_url(type_, schema_base_url),
         **tracing.outgoing(),
         **(extensions or {}),
     }
