@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from cloudevents.http import CloudEvent
 
@@ -45,6 +45,7 @@ from functions.errors import KubeRefused, Reject
 from functions.logic import conditions, facts, frozen, phase, reasons
 from functions.logic.paths import STORAGE_ROOT, adapter_dir, adapter_of_path, check_storage_path, is_under
 from functions.logic.quantity import format_bytes
+from functions.ports import StoredFile
 from functions.resources.kinds import VLLM_ADAPTER
 from functions.resources.rackai import (
     FileInfo,
@@ -53,9 +54,6 @@ from functions.resources.rackai import (
     LoRAAdapter,
     LoRAAdapterStatus,
 )
-
-if TYPE_CHECKING:  # the storage adapter (httpx, urllib3) is imported when a handler first needs it
-    from functions.adapters.storage import StoredFile
 
 NAME = "stat"
 ACCEPTS = (ADAPTER_ADMITTED, FILE_CHANGED, ADAPTER_DRIFTED)
@@ -295,7 +293,9 @@ def _one(deps: Deps, namespace: str, name: str, model: str | None, nudged: bool 
     payload = AdapterStatCompleted(
         adapter=ref, files=len(listing), size=format_bytes(sum(f.size for f in listing))
     )
-    return messages.reply(ADAPTER_STAT_COMPLETED, NAME, VLLM_ADAPTER.path(namespace, name), payload)
+    subject = VLLM_ADAPTER.path(namespace, name)
+    base = deps.settings.schema_base_url
+    return messages.reply(ADAPTER_STAT_COMPLETED, NAME, subject, payload, schema_base_url=base)
 
 
 def _first(replies: Iterable[CloudEvent | None]) -> CloudEvent | None:

@@ -5,7 +5,10 @@ real SeaweedFS test the clients; these let every handler run in microseconds, ty
 same Protocols as production (mypy checks them), with just the behaviour the handlers rely on:
 - FakeKube: objects by kind/namespace/name, a resourceVersion per write, `write_status` and
   `write_finalizers` with the real client's contract (the desired function sees the current
-  object; a no-op write is skipped), equality label selectors, and the Events recorded.
+  object; a no-op write is skipped), equality label selectors, and the Events recorded;
+  `meddle` makes another writer win the race to a guarded write (a 409 and a re-read).
+- `watch_callbacks`: the port calls made while a guarded write's callback runs (a callback
+  may run again after a 409 with a newer object: it should only decide).
 - FakeEngines: vLLM/SGLang as loraflow sees them: a listing of name -> root, "already loaded"
   on a duplicate load (unless in place), "not found" on an unknown unload as success.
 - FakeStorage and FakeBroker: files by path; events published.
@@ -18,10 +21,11 @@ import hashlib
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import Any, Literal
 
 from cloudevents.http import CloudEvent
 
+from functions.errors import KubeConflict
 from functions.logic import reasons
 from functions.logic.capacity import Capacity
 from functions.logic.pods import Endpoint
@@ -30,6 +34,8 @@ from functions.ports import CallResult, FinalizersFn, StatusFn, StoredFile, Writ
 from functions.resources.kinds import Kind
 
 Obj = dict[str, Any]
+WRITE_ATTEMPTS = 5
+"""Attempts of a guarded write before it gives up with KubeConflict, as in the real client."""
 
 
 class FakeKube:
@@ -38,7 +44,10 @@ class FakeKube:
         self.events: list[tuple[str, str, str, str]] = []
         """(object name, type, reason, message) of every Event recorded."""
         self.writes = 0
+        self.conflicts = 0
+        """Guarded write attempts refused because another writer changed the object first."""
         self._version = 0
+        self._meddlers: dict[tuple[tuple[str, str, str], str], list[Callable[[Obj], None]]] = {}
         for obj in objects:
             self.put(obj)
 
@@ -69,6 +78,40 @@ class FakeKube:
 
     def _key(self, kind: Kind, namespace: str, name: str) -> tuple[str, str, str]:
         return (f"{kind.api_version}/{kind.kind}", namespace, name)
+
+    def meddle(
+        self,
+        kind: Kind,
+        namespace: str,
+        name: str,
+        change: Callable[[Obj], None],
+        times: int = 1,
+        write: Literal["status", "finalizers"] = "status",
+    ) -> None:
+        """Another writer applies `change` to the object between the next guarded `write`'s read
+        and its patch, `times` times: each of those attempts is computed from the object it read,
+        meets a 409, and the write starts again from a fresh read (WRITE_ATTEMPTS in all)."""
+        self._meddlers.setdefault((self._key(kind, namespace, name), write), []).extend([change] * times)
+
+    def _lose_races(
+        self, key: tuple[str, str, str], write: str, change: Callable[[Obj], Obj | None]
+    ) -> Written | None:
+        """The attempts that other writers beat (`meddle`); a Written when one sent no patch."""
+        for attempt, meddler in enumerate(self._meddlers.pop((key, write), []), 1):
+            current = self.objects.get(key)
+            if current is None:
+                return None
+            read = copy.deepcopy(current)
+            after = change(copy.deepcopy(read))
+            meddler(current)
+            self._version += 1
+            current["metadata"]["resourceVersion"] = str(self._version)
+            if after is None or after == read:
+                return Written(read, changed=False, before=read)  # no patch sent: nothing refused
+            self.conflicts += 1
+            if attempt >= WRITE_ATTEMPTS:
+                raise KubeConflict(f"{key[2]} kept changing under us ({WRITE_ATTEMPTS} attempts)")
+        return None
 
     @property
     def server(self) -> tuple[str, int] | None:
@@ -106,9 +149,17 @@ class FakeKube:
         return list(self.iter(kind, namespace, label_selector, page_size))
 
     def _write(
-        self, kind: Kind, namespace: str, name: str, change: Callable[[Obj], Obj | None]
+        self,
+        kind: Kind,
+        namespace: str,
+        name: str,
+        change: Callable[[Obj], Obj | None],
+        write: Literal["status", "finalizers"] = "status",
     ) -> Written | None:
         key = self._key(kind, namespace, name)
+        lost = self._lose_races(key, write, change)
+        if lost is not None:
+            return lost
         current = self.objects.get(key)
         if current is None:
             return None
@@ -142,7 +193,7 @@ class FakeKube:
                 return None
             return {**obj, "metadata": {**obj["metadata"], "finalizers": wanted}}
 
-        return self._write(kind, namespace, name, change)
+        return self._write(kind, namespace, name, change, "finalizers")
 
     def record_event(
         self, obj: Obj, event_type: str, reason: str, message: str, component: str, now: datetime
@@ -275,3 +326,43 @@ class FakeBroker:
 
     def publish(self, event: CloudEvent, timeout: float | None = None) -> None:
         self.events.append(event)
+
+
+def watch_callbacks(kube: FakeKube, *ports: object) -> list[str]:
+    """Every call to a method of `kube` or `ports` made while one of `kube`'s guarded write
+    callbacks runs, as `Class.method`, in the list returned (it stays empty when they only
+    decide)."""
+    inside: list[bool] = []
+    made: list[str] = []
+
+    def watched(port: object, method: str) -> None:
+        call = getattr(port, method)
+
+        def recorded(*args: Any, **kwargs: Any) -> Any:
+            if inside:
+                made.append(f"{type(port).__name__}.{method}")
+            return call(*args, **kwargs)
+
+        setattr(port, method, recorded)
+
+    for port in (kube, *ports):
+        for method in dir(port):
+            if not method.startswith("_") and callable(getattr(port, method)):
+                watched(port, method)
+
+    def guarded(write: Callable[..., Written | None]) -> Callable[..., Written | None]:
+        def run(kind: Kind, namespace: str, name: str, desired: Callable[[Obj], Any], **options: Any) -> Any:
+            def deciding(obj: Obj) -> Any:
+                inside.append(True)
+                try:
+                    return desired(obj)
+                finally:
+                    inside.pop()
+
+            return write(kind, namespace, name, deciding, **options)
+
+        return run
+
+    kube.write_status = guarded(kube.write_status)  # type: ignore[method-assign]
+    kube.write_finalizers = guarded(kube.write_finalizers)  # type: ignore[method-assign]
+    return made
