@@ -27,8 +27,9 @@ Outcomes: 200 + admitted; 204 nothing changed / object gone / being deleted (unl
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping
 from datetime import datetime
+from functools import partial
 from typing import Any
 
 from cloudevents.http import CloudEvent
@@ -38,10 +39,14 @@ from events.external import API_ADD, API_UPDATE
 from functions.edge import messages, shell
 from functions.edge.bootstrap import Deps
 from functions.edge.inputs import adapter_ref, kube_object, stored
-from functions.errors import Reject
-from functions.logic import conditions, drift, facts, phase, serving
-from functions.logic.paths import adapter_dir, check_label, check_subdomain, is_under
-from functions.resources.inference import InferenceService, SGLangAdapter, SGLangAdapterStatus
+from functions.errors import KubeConflict
+from functions.logic import admission, drift, facts, phase
+from functions.logic.admission import accepted as accepted
+from functions.logic.admission import decide_sglang as decide_sglang
+from functions.logic.admission import decide_vllm as decide_vllm
+from functions.logic.admission import model_name_valid as model_name_valid
+from functions.ports import Written
+from functions.resources.inference import InferenceService, SGLangAdapter
 from functions.resources.kinds import (
     ADAPTER_KINDS,
     FINALIZER,
@@ -51,155 +56,16 @@ from functions.resources.kinds import (
     Kind,
     by_api_version_and_kind,
 )
-from functions.resources.rackai import LoRAAdapter, LoRAAdapterStatus, StorageRef
+from functions.resources.rackai import LoRAAdapter
 
 NAME = "admit"
 ACCEPTS = (API_ADD, API_UPDATE, ADAPTER_DRIFTED)
 WARNING_REASONS = phase.ADMIT_FAILURES | phase.ADMIT_ERRORS
+READ_ROUNDS = 3
+"""Times the spec may name another Model or InferenceService under one admission before it
+answers 503 (each change is its own update event, which admits it again anyway)."""
 
 Obj = dict[str, Any]
-
-
-# -- pure ------------------------------------------------------------------------------------
-def _valid(check: Callable[[str, str], str], value: str | None) -> bool:
-    if not value:
-        return False
-    try:
-        check(value, "name")
-    except Reject:
-        return False
-    return True
-
-
-def model_name_valid(model: str) -> bool:
-    return _valid(check_subdomain, model)
-
-
-def decide_vllm(adapter: LoRAAdapter, model_exists: bool, now: datetime) -> LoRAAdapterStatus:
-    """The whole vllm status after admission (other steps' fields kept as they are)."""
-    meta = adapter.metadata
-    namespace, name, model = meta.namespace or "", meta.name or "", adapter.spec.model
-    status = adapter.status or LoRAAdapterStatus()
-    generation = meta.generation
-    directory: str | None = None
-    if model_name_valid(model):
-        try:
-            directory = adapter_dir(namespace, model, name)
-        except Reject:
-            directory = None
-    declared_md5s = adapter.declared_md5s()
-    declared = sorted(declared_md5s)
-    outside = [k for k in declared if directory is None or not is_under(k, directory)]
-
-    current = conditions.find(status.conditions, phase.READY)
-    conds = status.conditions
-    if directory is None or not model_exists:
-        conds = conditions.set_condition(
-            conds,
-            phase.READY,
-            "False",
-            phase.MODEL_NOT_FOUND,
-            f"Model {model!r} not found in namespace {namespace!r}",
-            generation,
-            now,
-        )
-    elif outside:
-        conds = conditions.set_condition(
-            conds,
-            phase.READY,
-            "False",
-            phase.INTEGRITY_PATH_OUTSIDE_ADAPTER,
-            f"spec.integrity.md5 keys must lie under {directory}: "
-            + ", ".join(outside[:20])
-            + (f" and {len(outside) - 20} more" if len(outside) > 20 else ""),
-            generation,
-            now,
-        )
-    elif current is None or current.reason in phase.ADMIT_FAILURES or current.reason == phase.ADMITTED:
-        conds = conditions.set_condition(
-            conds,
-            phase.READY,
-            "Unknown",
-            phase.ADMITTED,
-            "Spec accepted; waiting for the storage observation and the integrity check",
-            generation,
-            now,
-        )
-    elif (
-        current.status == "True"
-        and status.file_set
-        and status.file_set != facts.file_set(dict(declared_md5s))
-    ):
-        # spec.integrity changed after verify accepted a set: Ready is not True for MD5s the spec
-        # no longer declares; the pods keep serving the verified set until verify rules
-        conds = conditions.set_condition(
-            conds,
-            phase.READY,
-            "Unknown",
-            phase.AWAITING_VERIFICATION,
-            "spec.integrity.md5 changed; waiting for the integrity check",
-            generation,
-            now,
-        )
-    phase_, ready = phase.summarize(conds, bool(status.files))
-    return status.model_copy(
-        update={
-            "conditions": conds,
-            "storage_ref": StorageRef(path=directory) if directory else None,
-            "observed_generation": generation,
-            "phase": phase_,
-            "ready": ready,
-        }
-    )
-
-
-def decide_sglang(
-    adapter: SGLangAdapter, target: InferenceService | None, now: datetime, roots: Sequence[str] = ("/",)
-) -> SGLangAdapterStatus:
-    """The whole sglang status after admission: Available and (admit's part of) Error.
-
-    Consent and paths are the serving planner's rules (functions/logic/serving.py): an
-    InferenceService in another namespace must accept this one, and spec.path must be absolute,
-    normalised and under one of `roots` (LORAFLOW_SGLANG_ROOTS)."""
-    meta = adapter.metadata
-    ref = adapter.spec.inference_service_ref
-    where = f"{ref.namespace or meta.namespace}/{ref.name}"
-    status = adapter.status or SGLangAdapterStatus()
-    generation = meta.generation
-    reason: str
-    if target is None:
-        ok, reason, message = False, phase.INFERENCE_SERVICE_NOT_FOUND, f"InferenceService {where} not found"
-    elif target.spec.runtime != "sglang":
-        ok, reason = False, phase.RUNTIME_MISMATCH
-        message = (
-            f"InferenceService {where} runs runtime {target.spec.runtime!r}; this adapter kind needs 'sglang'"
-        )
-    elif (meta.namespace or "") != (ref.namespace or meta.namespace) and not accepted(
-        target, meta.namespace or ""
-    ):
-        ok, reason = False, phase.REFERENCE_NOT_PERMITTED
-        message = f"InferenceService {where} does not accept adapters from namespace {meta.namespace!r}"
-    elif not serving.confined(adapter.spec.path, roots):
-        ok, reason = False, phase.PATH_NOT_ALLOWED
-        message = f"spec.path {adapter.spec.path!r} is not absolute and normalised under an allowed root"
-    else:
-        ok, reason, message = True, phase.INFERENCE_SERVICE_READY, f"InferenceService {where} runs sglang"
-    conds = conditions.set_condition(
-        status.conditions, phase.AVAILABLE, "True" if ok else "False", reason, message, generation, now
-    )
-    error = conditions.find(conds, phase.ERROR)
-    if not ok:
-        conds = conditions.set_condition(conds, phase.ERROR, "True", reason, message, generation, now)
-    elif error is None or error.reason in phase.ADMIT_ERRORS:
-        conds = conditions.set_condition(
-            conds, phase.ERROR, "False", phase.NO_ERROR, "No reconcile step reports an error", generation, now
-        )
-    return status.model_copy(update={"conditions": conds})
-
-
-def accepted(target: InferenceService, namespace: str) -> bool:
-    allowed = facts.accepted_from(target.metadata.annotations)
-    return serving.ACCEPT_ALL in allowed or namespace in allowed
 
 
 # -- shell -----------------------------------------------------------------------------------
@@ -279,37 +145,12 @@ def admit_one(deps: Deps, kind: Kind, namespace: str, name: str) -> CloudEvent |
     added = kube.write_finalizers(kind, namespace, name, finalizers)
     if added is None:
         return None
-
-    models: dict[str, bool] = {}
-    services: dict[tuple[str, str], InferenceService | None] = {}
-    seen: dict[str, Obj] = {}
-
-    def desired(current: Obj) -> Obj | None:
-        seen["before"] = current
-        if facts.deleting(current):
-            return None
-        adapter = _parse(kind, current)
-        if isinstance(adapter, LoRAAdapter):
-            model = adapter.spec.model
-            if model not in models:
-                models[model] = model_name_valid(model) and kube.get(MODEL, namespace, model) is not None
-            return adapter_status_wire(decide_vllm(adapter, models[model], now))
-        ref = adapter.spec.inference_service_ref
-        key = (ref.namespace or namespace, ref.name)
-        if key not in services:
-            services[key] = None
-            if _valid(check_label, key[0]) and _valid(check_subdomain, key[1]):
-                found = kube.get(INFERENCE_SERVICE, key[0], key[1])
-                services[key] = stored(InferenceService, found) if found is not None else None
-        return adapter_status_wire(
-            decide_sglang(adapter, services[key], now, deps.settings.sglang_root_paths())
-        )
-
-    written = kube.write_status(kind, namespace, name, desired)
+    written = write_admission(deps, kind, namespace, name, added.obj, now)
     if written is None:
         return None
-    before, after = _ready_reason(kind, seen.get("before")), _ready_reason(kind, written.obj)
-    if after in WARNING_REASONS and after != before and written.changed:
+    before = written.before if written.before is not None else written.obj
+    after = _ready_reason(kind, written.obj)
+    if after in WARNING_REASONS and after != _ready_reason(kind, before) and written.changed:
         message = _condition_message(kind, written.obj)
         kube.record_event(written.obj, "Warning", after, message, NAME, now)
     if not (written.changed or added.changed):
@@ -323,11 +164,61 @@ def admit_one(deps: Deps, kind: Kind, namespace: str, name: str) -> CloudEvent |
         NAME,
         kind.path(namespace, name),
         AdapterAdmitted(adapter=ref_out, generation=generation),
+        schema_base_url=deps.settings.schema_base_url,
     )
 
 
-def adapter_status_wire(status: LoRAAdapterStatus | SGLangAdapterStatus) -> Obj:
-    return status.to_wire()
+def write_admission(
+    deps: Deps, kind: Kind, namespace: str, name: str, seen: Obj, now: datetime
+) -> Written | None:
+    """The status write, with the Model or InferenceService read before it from `seen` (the
+    adapter as the finalizer write left it). A newer object met after a 409 that names another
+    one is left alone: that one is read, and the write starts again."""
+    roots = deps.settings.sglang_root_paths()
+    found = admission.Found()
+    parsed: dict[str, LoRAAdapter | SGLangAdapter] = {}
+
+    def adapter_of(obj: Obj) -> LoRAAdapter | SGLangAdapter:
+        # validated once per resourceVersion: a status listing many files is costly to validate
+        version = str(facts.meta(obj).get("resourceVersion") or "")
+        if not version:
+            return _parse(kind, obj)
+        if version not in parsed:
+            parsed.clear()
+            parsed[version] = _parse(kind, obj)
+        return parsed[version]
+
+    def desired(current: Obj, found: admission.Found, missing: list[Obj]) -> Obj | None:
+        if facts.deleting(current):
+            return None
+        decided = admission.decide(adapter_of(current), found, now, roots)
+        if isinstance(decided, admission.Lookup):
+            missing.append(current)
+            return None
+        return decided.to_wire()
+
+    for _ in range(READ_ROUNDS):
+        lookup = None if facts.deleting(seen) else admission.lookup_of(adapter_of(seen))
+        if lookup is not None and not found.knows(lookup):
+            found = read(deps, lookup, found)
+        missing: list[Obj] = []
+        written = deps.kube.write_status(
+            kind, namespace, name, partial(desired, found=found, missing=missing)
+        )
+        if written is None or not missing:
+            return written
+        seen = missing[-1]
+    raise KubeConflict(f"{kind.plural}/{name}: its spec kept naming other objects while it was admitted")
+
+
+def read(deps: Deps, lookup: admission.Lookup, found: admission.Found) -> admission.Found:
+    """`found` with what `lookup` names as the API server has it now."""
+    if lookup.kind == "Model":
+        exists = deps.kube.get(MODEL, lookup.namespace, lookup.name) is not None
+        return found._replace(models={**found.models, lookup: exists})
+    obj = deps.kube.get(INFERENCE_SERVICE, lookup.namespace, lookup.name)
+    service = stored(InferenceService, obj) if obj is not None else None
+    return found._replace(services={**found.services, lookup: service})
 
 
 def _condition_message(kind: Kind, obj: Obj) -> str:
