@@ -17,8 +17,8 @@ Outcomes: 200 + ready/failed; 204 verdict unchanged / sglang adapter / adapter g
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from datetime import datetime, timedelta
+from functools import partial
 from typing import Any
 
 from cloudevents.http import CloudEvent
@@ -35,143 +35,27 @@ from events.domain import (
 from functions.edge import messages, shell
 from functions.edge.bootstrap import Deps
 from functions.edge.inputs import adapter_ref, stored
+from functions.errors import KubeConflict
 from functions.freeze import Refusal, collect, freeze
-from functions.logic import conditions, facts, integrity, phase, reasons
-from functions.logic import frozen as logic_frozen
+from functions.logic import facts, phase, verification
+from functions.logic.verification import decide as decide
+from functions.logic.verification import declared as declared
+from functions.logic.verification import observed_files as observed_files
+from functions.logic.verification import verdict_for as verdict_for
+from functions.ports import Written
 from functions.resources.kinds import VLLM_ADAPTER
-from functions.resources.rackai import FrozenSet, LoRAAdapter, LoRAAdapterStatus
+from functions.resources.rackai import FrozenSet, LoRAAdapter
 
 NAME = "verify"
 ACCEPTS = (ADAPTER_STAT_COMPLETED, ADAPTER_ADMITTED)
+WORK_ROUNDS = 3
+"""Times a newer object met after a 409 may need storage work the write lacks before verify
+answers 503 (the stat or nudge that follows such a change verifies it again anyway)."""
 
 Obj = dict[str, Any]
 
 
 # -- pure ------------------------------------------------------------------------------------
-def observed_files(adapter: LoRAAdapter) -> dict[str, integrity.Observed]:
-    return {path: integrity.Observed(md5=f.md5, size=f.size) for path, f in adapter.recorded_files().items()}
-
-
-def declared(adapter: LoRAAdapter) -> dict[str, str]:
-    return adapter.declared_md5s()
-
-
-def verdict_for(adapter: LoRAAdapter, hashed: Mapping[str, str | None]) -> integrity.Verdict:
-    return integrity.compare(declared(adapter), observed_files(adapter), hashed)
-
-
-def decide(
-    adapter: LoRAAdapter,
-    hashed: Mapping[str, str | None],
-    now: datetime,
-    frozen: FrozenSet | Refusal | None = None,
-    records: list[FrozenSet] | None = None,
-) -> LoRAAdapterStatus:
-    """The whole status with the integrity verdict; `hashed` holds MD5s computed by streaming.
-
-    `frozen` is the frozen copy of the verified set (or why it could not be made): a verified
-    set is Ready only once frozen, and then it is the current record of `status.frozen`, the
-    others retired; a set that could not be frozen leaves Ready Unknown (`FreezeFailed`) and
-    the set verified before in place, so the pods keep serving it. `records` are the frozen
-    records to start from (status.frozen, less what was just deleted); a failed verdict
-    retires them all.
-    """
-    status = adapter.status or LoRAAdapterStatus()
-    observed = observed_files(adapter)
-    verdict = integrity.compare(declared(adapter), observed, hashed)
-    holding = verdict.status == "True" and isinstance(frozen, Refusal)
-    if isinstance(frozen, Refusal) and holding:
-        # not Ready, and not failed: the pods keep the set verified before (if any) while the
-        # next stat or resync nudge tries the freeze again
-        verdict = integrity.Verdict("Unknown", frozen.reason, frozen.message, True)
-    kept = status.frozen if records is None else records
-    if verdict.status == "True" and isinstance(frozen, FrozenSet):
-        kept = logic_frozen.with_current(kept, frozen, now)
-    elif verdict.status != "True" and not holding:
-        kept = logic_frozen.with_current(kept, None, now)  # nothing verified: no pod keeps it
-    conds = status.conditions
-    current = conditions.find(conds, phase.READY)
-    if current is None or current.reason not in phase.ADMIT_FAILURES:
-        conds = conditions.set_condition(
-            conds,
-            phase.READY,
-            verdict.status,
-            verdict.reason,
-            verdict.message,
-            adapter.metadata.generation,
-            now,
-        )
-    ready_now = conditions.find(conds, phase.READY)
-    verified = ready_now is not None and ready_now.status == "True"
-    file_set = facts.file_set(declared(adapter)) if verified else (status.file_set if holding else None)
-    loaded_now = conditions.find(conds, reasons.LOADED)
-    if loaded_now is not None and loaded_now.status == "True" and not holding:
-        # Loaded stops saying True in the write that changes what the pods should serve: no
-        # verified set any more (unload answers adapter.failed and takes the copies back), or a
-        # newer one (load replaces the old copies, then says True again)
-        if not verified:
-            taken_back = (
-                reasons.ADAPTER_NOT_READY,
-                f"not Ready ({verdict.reason}): the adapter is being unloaded",
-            )
-        elif status.file_set and file_set != status.file_set:
-            taken_back = (
-                reasons.UPDATING,
-                "a newer verified file set is being loaded into the pods that serve this adapter",
-            )
-        else:
-            taken_back = None
-        if taken_back is not None:
-            conds = conditions.set_condition(
-                conds, reasons.LOADED, "False", *taken_back, adapter.metadata.generation, now
-            )
-    phase_, ready = phase.summarize(conds, bool(observed) or bool(status.files))
-    return status.model_copy(
-        update={
-            "conditions": conds,
-            "file_set": file_set,
-            "frozen": kept or None,
-            "upload_complete": verdict.upload_complete,
-            "phase": phase_,
-            "ready": ready,
-        }
-    )
-
-
-def frozen_for(
-    deps: Deps,
-    adapter: LoRAAdapter,
-    upload_dir: str,
-    observed: Mapping[str, integrity.Observed],
-    made: dict[str, FrozenSet | Refusal],
-    now: datetime,
-) -> FrozenSet | Refusal:
-    """The frozen copy of the adapter's declared set: the status's record, else one made now
-    (once per invocation: a 409 re-read does not copy again)."""
-    wanted = declared(adapter)
-    file_set = facts.file_set(wanted)
-    status = adapter.status or LoRAAdapterStatus()
-    recorded = logic_frozen.current(status.frozen, file_set)
-    if recorded is not None:
-        return recorded
-    if file_set not in made:
-        meta = adapter.metadata
-        sizes = {p: int(observed[p].size or 0) for p in wanted}
-        made[file_set] = freeze(
-            deps.storage,
-            meta.namespace or "",
-            adapter.spec.model,
-            meta.name or "",
-            upload_dir,
-            wanted,
-            sizes,
-            file_set,
-            deps.settings.hash_max_bytes,
-            now,
-        )
-    return made[file_set]
-
-
 def verdict_of(status: Obj | None) -> tuple[str, str] | None:
     """(status, reason) of the Ready condition in a wire status."""
     for c in (status or {}).get("conditions") or []:
@@ -191,39 +75,10 @@ def handle(event: CloudEvent, deps: Deps) -> CloudEvent | None:
     if obj is None or facts.deleting(obj):
         return None
     now = deps.clock()
-    limit = deps.settings.hash_max_bytes
-    hashes: dict[tuple[str, int | None, str | None], str | None] = {}
-    frozen_now: dict[str, FrozenSet | Refusal] = {}
-    seen: dict[str, Obj] = {}
-
-    def desired(current: Obj) -> Obj | None:
-        seen["before"] = current
-        if facts.deleting(current):
-            return None
-        adapter = stored(LoRAAdapter, current)
-        observed = observed_files(adapter)
-        versions = {p: f.version for p, f in adapter.recorded_files().items()}
-        hashed: dict[str, str | None] = {}
-        for path in integrity.to_hash(declared(adapter), observed):
-            key = (path, observed[path].size, versions.get(path))
-            if key not in hashes:
-                hashes[key] = deps.storage.hash_file(path, limit) if limit > 0 else None
-            hashed[path] = hashes[key]
-        made: FrozenSet | Refusal | None = None
-        if verdict_for(adapter, hashed).status == "True":
-            made = frozen_for(deps, adapter, facts.storage_dir(current) or "", observed, frozen_now, now)
-        status = adapter.status or LoRAAdapterStatus()
-        served = {r.pod: r.file_set for r in status.served or []}
-        grace = timedelta(seconds=deps.settings.frozen_grace)
-        records = collect(deps.storage, list(status.frozen or []), served, now, grace)
-        return decide(adapter, hashed, now, made, records).to_wire()
-
-    # from the object just read: its resourceVersion guards the write (a 409 re-reads), so a
-    # second GET of the whole object (its status lists up to 1,000 files) buys nothing
-    written = kube.write_status(VLLM_ADAPTER, namespace, name, desired, current=obj)
+    written = write_verdict(deps, namespace, name, obj, now)
     if written is None or not written.changed:
         return None
-    before = verdict_of(seen["before"].get("status"))
+    before = verdict_of((written.before if written.before is not None else written.obj).get("status"))
     after = verdict_of(written.obj.get("status"))
     if after is None or after == before:
         return None
@@ -234,14 +89,103 @@ def handle(event: CloudEvent, deps: Deps) -> CloudEvent | None:
         {"apiVersion": VLLM_ADAPTER.api_version, "namespace": namespace, "name": name}
     )
     subject = VLLM_ADAPTER.path(namespace, name)
+    base = deps.settings.schema_base_url
     if after[1] == phase.INTEGRITY_CHECK_FAILED:
         kube.record_event(written.obj, "Warning", after[1], str(condition.get("message") or ""), NAME, now)
     if after[0] == "True":
-        return messages.reply(ADAPTER_READY, NAME, subject, AdapterReady(adapter=out))
+        return messages.reply(ADAPTER_READY, NAME, subject, AdapterReady(adapter=out), schema_base_url=base)
     if after[0] == "False" and after[1] in phase.TERMINAL:
         failed = AdapterFailed(adapter=out, reason=after[1], message=str(condition.get("message") or ""))
-        return messages.reply(ADAPTER_FAILED, NAME, subject, failed)
+        return messages.reply(ADAPTER_FAILED, NAME, subject, failed, schema_base_url=base)
     return None
+
+
+def write_verdict(deps: Deps, namespace: str, name: str, obj: Obj, now: datetime) -> Written | None:
+    """The status write, with the storage work it needs done before it from `obj` (the adapter
+    as just read). A newer object met after a 409 that needs more is left alone: that work is
+    done, and the write starts again."""
+    grace = timedelta(seconds=deps.settings.frozen_grace)
+    gathered = verification.Gathered()
+    seen, adapter = obj, stored(LoRAAdapter, obj)
+
+    def desired(current: Obj, gathered: verification.Gathered, missing: list[Obj]) -> Obj | None:
+        if facts.deleting(current):
+            return None
+        # the first attempt is the object read above: validated once
+        fresh = adapter if current is seen else stored(LoRAAdapter, current)
+        decided = verification.status_for(fresh, gathered, now, grace)
+        if isinstance(decided, verification.Needs):
+            missing.append(current)
+            return None
+        return decided.to_wire()
+
+    for _ in range(WORK_ROUNDS):
+        if not facts.deleting(seen):
+            gathered = gather(deps, seen, adapter, gathered, now, grace)
+        missing: list[Obj] = []
+        # from the object just read: its resourceVersion guards the write (a 409 re-reads), so a
+        # second GET of the whole object (its status lists up to 1,000 files) buys nothing
+        written = deps.kube.write_status(
+            VLLM_ADAPTER, namespace, name, partial(desired, gathered=gathered, missing=missing), current=seen
+        )
+        if written is None or not missing:
+            return written
+        seen = missing[-1]
+        adapter = stored(LoRAAdapter, seen)
+    raise KubeConflict(f"{VLLM_ADAPTER.plural}/{name} kept needing new storage work while it was verified")
+
+
+def gather(
+    deps: Deps,
+    obj: Obj,
+    adapter: LoRAAdapter,
+    gathered: verification.Gathered,
+    now: datetime,
+    grace: timedelta,
+) -> verification.Gathered:
+    """`gathered` with the storage work `adapter`'s status needs done: its MD5s streamed, its
+    verified set frozen (once per invocation: a 409 re-read does not copy again), the retired
+    copies no pod serves deleted."""
+    limit = deps.settings.hash_max_bytes
+    for _ in range(3):  # the hashes, then the freeze, then the retired copies: each at most once
+        needs = verification.status_for(adapter, gathered, now, grace)
+        if not isinstance(needs, verification.Needs):
+            break
+        if needs.hashes:
+            hashed = {
+                key: deps.storage.hash_file(key[0], limit) if limit > 0 else None for key in needs.hashes
+            }
+            gathered = gathered._replace(hashes={**gathered.hashes, **hashed})
+        elif needs.freeze is not None:
+            made = freeze_set(deps, obj, adapter, needs.freeze, now)
+            gathered = gathered._replace(frozen={**gathered.frozen, needs.freeze: made})
+        else:
+            # each one is collectable already (no pod serves it, its grace has passed)
+            collect(deps.storage, list(needs.collect), {}, now, grace)
+            deleted = gathered.deleted | {r.file_set for r in needs.collect}
+            gathered = gathered._replace(deleted=deleted)
+    return gathered
+
+
+def freeze_set(
+    deps: Deps, obj: Obj, adapter: LoRAAdapter, file_set: str, now: datetime
+) -> FrozenSet | Refusal:
+    """The frozen copy of the adapter's declared set, copied from its upload directory."""
+    wanted = declared(adapter)
+    observed = observed_files(adapter)
+    meta = adapter.metadata
+    return freeze(
+        deps.storage,
+        meta.namespace or "",
+        adapter.spec.model,
+        meta.name or "",
+        facts.storage_dir(obj) or "",
+        wanted,
+        {p: int(observed[p].size or 0) for p in wanted},
+        file_set,
+        deps.settings.hash_max_bytes,
+        now,
+    )
 
 
 verify = shell.function(NAME, ACCEPTS, handle)
