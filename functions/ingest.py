@@ -48,6 +48,7 @@ from pydantic import ValidationError
 
 from events.domain import FILE_CHANGED, FileChanged
 from events.external import AWS_SQS, SeaweedWebhook
+from events.schema_urls import DEFAULT_SCHEMA_BASE_URL
 from functions.edge import messages, shell
 from functions.edge.bootstrap import Deps
 from functions.errors import Reject, Retryable, Unauthorized, WebhookNotConfigured, problems
@@ -134,8 +135,8 @@ def key_of(notification: Notification, extension: object) -> str:
     )
 
 
-def _event(payload: FileChanged) -> CloudEvent:
-    return messages.reply(FILE_CHANGED, NAME, payload.path, payload)
+def _event(payload: FileChanged, schema_base_url: str = DEFAULT_SCHEMA_BASE_URL) -> CloudEvent:
+    return messages.reply(FILE_CHANGED, NAME, payload.path, payload, schema_base_url=schema_base_url)
 
 
 _UNMAPPED = file_events.Once()
@@ -186,10 +187,16 @@ def handle(event: CloudEvent, deps: Deps) -> CloudEvent | None:
     key = key_of(notification, event.get("key"))
     check_path(key, "notification key")
     payload = _changed(classify(key, notification), deps.settings)
-    return _event(payload) if payload is not None else None
+    return _event(payload, deps.settings.schema_base_url) if payload is not None else None
 
 
-def webhook(request: flask.Request, deps: Deps) -> CloudEvent | None:
+def webhook(
+    request: flask.Request,
+    deps: Deps,
+    clock: Callable[[], float] = time.monotonic,
+    sleep: Callable[[float], None] = time.sleep,
+) -> CloudEvent | None:
+    """The SeaweedFS webhook; `clock` and `sleep` pace the publish's retries (tests pass fakes)."""
     token = deps.settings.webhook_token
     if token is None or not token.get_secret_value():
         # an open webhook lets anyone inject file.changed events: refuse until one is set
@@ -215,9 +222,9 @@ def webhook(request: flask.Request, deps: Deps) -> CloudEvent | None:
     payload = _changed(classify(message.key, notification), deps.settings)
     if payload is None:
         return None
-    event = _event(payload)
+    event = _event(payload, deps.settings.schema_base_url)
     if deps.settings.broker_url:
-        publish_with_retry(deps.broker.publish, event, deps.settings.publish_budget)
+        publish_with_retry(deps.broker.publish, event, deps.settings.publish_budget, clock, sleep)
         return None
     return event
 
