@@ -35,9 +35,7 @@ class Sent:
         return jsonlib.loads(self.body)
 
 
-def reply(
-    status: int, json: Any = None, text: str = "", headers: dict[str, str] | None = None
-) -> Answer:
+def reply(status: int, json: Any = None, text: str = "", headers: dict[str, str] | None = None) -> Answer:
     """An answer as a server would send it: a JSON body when `json` is given, else `text`."""
     body = jsonlib.dumps(json).encode() if json is not None else text.encode()
     kind = {"content-type": "application/json"} if json is not None else {}

@@ -144,9 +144,7 @@ def test_write_finalizers_patches_metadata() -> None:
     kube(answer, seen).write_finalizers(VLLM_ADAPTER, "ns", "a", lambda obj: ["rack.ai/unload"])
     patch = seen[1]
     assert patch.path == "/apis/rackai.rackspace.com/v1alpha1/namespaces/ns/loraadapters/a"
-    assert patch.json() == {
-        "metadata": {"finalizers": ["rack.ai/unload"], "resourceVersion": "3"}
-    }
+    assert patch.json() == {"metadata": {"finalizers": ["rack.ai/unload"], "resourceVersion": "3"}}
 
 
 def test_record_event_posts_and_never_raises(caplog: pytest.LogCaptureFixture) -> None:

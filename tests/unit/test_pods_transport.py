@@ -14,6 +14,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import pytest
+
 from functions.transport import Deadline
 from functions.transport.pods import PodConnections
 

@@ -181,8 +181,7 @@ def test_a_request_is_what_http_client_sends() -> None:
         connection.sock = capture  # type: ignore[assignment]
         connection.request(method, "/api/v1/pods?limit=5", body=body, headers=headers)
         assert (
-            wire.request_bytes(method, "/api/v1/pods?limit=5", "10.0.0.1:6443", headers, body)
-            == capture.sent
+            wire.request_bytes(method, "/api/v1/pods?limit=5", "10.0.0.1:6443", headers, body) == capture.sent
         )
 
 
