@@ -4,9 +4,9 @@ storm's PUTs. Written apart from the functions' own transport, so the two ends o
 in the embedded stack are independent code.
 
 One request at a time per connection, kept alive, as Go's `http.Transport` under Knative's
-broker and adapters. An idle connection the server closed is discarded before reuse; a request
-that fails on a kept connection is not sent again (Go's transport replays only idempotent
-requests, and these POSTs are the broker's to retry).
+broker and adapters. An idle connection the server closed is discarded before reuse; a GET that
+fails on a kept connection is sent once more on a new one, a POST is not (Go's transport replays
+only idempotent requests, and these POSTs are the broker's to retry).
 """
 
 from __future__ import annotations
@@ -26,6 +26,8 @@ throttles)."""
 
 
 PIECE = 1 << 20
+IDEMPOTENT = frozenset({"GET", "HEAD"})
+"""Sent again, once, when a kept connection fails under them (Go's transport does the same)."""
 
 
 class Answer(NamedTuple):
@@ -68,22 +70,20 @@ class Pools:
             raise SendError(f"unsupported URL {url!r}")
         target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
         origin = (parts.hostname, parts.port or 80)
-        connection = self._take(origin)
-        connection.timeout = timeout or self._timeout_s
-        if connection.sock is not None:
-            connection.sock.settimeout(connection.timeout)
+        connection, reused = self._take(origin)
         try:
-            connection.request(method, target, body=body, headers=headers)
-            response = connection.getresponse()
-            if sink is not None and 200 <= response.status < 300:
-                while piece := response.read(PIECE):
-                    sink(piece)
-                content = b""
-            else:
-                content = response.read()
+            response, content = self._exchange(connection, method, target, headers, body, timeout, sink)
         except (OSError, http.client.HTTPException) as err:
             connection.close()
-            raise SendError(f"{method} {url}: {err or type(err).__name__}") from err
+            if not (reused and method in IDEMPOTENT):
+                raise SendError(f"{method} {url}: {err or type(err).__name__}") from err
+            # a kept connection the server closed under the request: a GET once more, anew
+            connection = http.client.HTTPConnection(*origin, timeout=self._timeout_s)
+            try:
+                response, content = self._exchange(connection, method, target, headers, body, timeout, sink)
+            except (OSError, http.client.HTTPException) as again:
+                connection.close()
+                raise SendError(f"{method} {url}: {again or type(again).__name__}") from again
         answer = Answer(response.status, content, _joined(response.getheaders()))
         if response.will_close:
             connection.close()
@@ -91,7 +91,29 @@ class Pools:
             self._give_back(origin, connection)
         return answer
 
-    def _take(self, origin: tuple[str, int]) -> http.client.HTTPConnection:
+    def _exchange(
+        self,
+        connection: http.client.HTTPConnection,
+        method: str,
+        target: str,
+        headers: dict[str, str],
+        body: bytes | None,
+        timeout: float | None,
+        sink: Callable[[bytes], None] | None,
+    ) -> tuple[http.client.HTTPResponse, bytes]:
+        connection.timeout = timeout or self._timeout_s
+        if connection.sock is not None:
+            connection.sock.settimeout(connection.timeout)
+        connection.request(method, target, body=body, headers=headers)
+        response = connection.getresponse()
+        if sink is not None and 200 <= response.status < 300:
+            while piece := response.read(PIECE):
+                sink(piece)
+            return response, b""
+        return response, response.read()
+
+    def _take(self, origin: tuple[str, int]) -> tuple[http.client.HTTPConnection, bool]:
+        """A kept connection to `origin` (True) or a new one (False)."""
         with self._lock:
             if self._closed:
                 raise SendError("client closed")
@@ -99,9 +121,9 @@ class Pools:
             while idle:
                 connection = idle.pop()
                 if connection.sock is not None and not _readable(connection):
-                    return connection
+                    return connection, True
                 connection.close()  # closed by the server while idle
-        return http.client.HTTPConnection(*origin, timeout=self._timeout_s)
+        return http.client.HTTPConnection(*origin, timeout=self._timeout_s), False
 
     def _give_back(self, origin: tuple[str, int], connection: http.client.HTTPConnection) -> None:
         with self._lock:

@@ -99,9 +99,10 @@ def test_engines_on_one_node_read_a_file_once_until_it_is_written_again(
     assert again.md5s["adapter_model.safetensors"] == hashlib.md5(weights, usedforsecurity=False).hexdigest()
     assert proxy.requests == 6
     # an engine with a mount of its own (another node) reads every file
-    assert FilerReader(proxy.url, cache=MountCache()).read(directory) == again
+    third = FilerReader(proxy.url, cache=MountCache())
+    assert third.read(directory) == again
     assert proxy.requests == 9
-    for reader in (first, second):
+    for reader in (first, second, third):
         reader.close()
 
 

@@ -26,7 +26,6 @@ from pathlib import Path
 from socketserver import TCPServer
 from typing import Any, ClassVar, Literal
 
-from devstack.connection_threads import ConnectionThreads, ReusedThreadsMixIn
 from devstack.http_handler import StandInHandler
 from devstack.keepalive import Pools, SendError
 from devstack.standins.engines.admin import handle_admin
@@ -320,9 +319,8 @@ class _Handler(StandInHandler):
     do_HEAD = _handle
 
 
-class _Server(ReusedThreadsMixIn, ThreadingHTTPServer):
+class _Server(ThreadingHTTPServer):
     daemon_threads = True
-    threads = ConnectionThreads("engine-connection")  # shared by every replica of the process
     allow_reuse_address = True
     request_queue_size = 256
 
