@@ -1,29 +1,18 @@
-"""The HTTP/1.1 request handler the embedded stack's servers share (the Kubernetes and engine
-stand-ins, the broker): `http.server`'s, with a cheaper way in and out.
+"""The HTTP/1.1 request handler the embedded stack's servers share (the engine stand-ins, the
+broker, the webhook relay): `http.server`'s, with the request head held to RFC 9112 as Go's
+`net/http` holds it (Knative's broker and the SeaweedFS filer are Go servers).
 
-Every stand-in lives in one interpreter here, where in a cluster each is a Go process of its
-own; what one request costs them is CPU the others (and the functions, on two cores) wait for.
-
-- **Out: a response in one write.** `BaseHTTPRequestHandler` writes unbuffered by default
-  (`wbufsize = 0`): the header block is one `send` and the body another, so each response is
-  two syscalls and, over TLS (the Kubernetes stand-in), two TLS records. Buffering the writer
-  changes nothing on the wire but the segmenting (TCP is a byte stream): `handle_one_request`
-  flushes after every request, `finish()` at the end of a connection, and a streamed response
-  (a watch) flushes each chunk itself.
-- **In: the request head read line by line.** The stdlib hands the header block to the `email`
-  package's feed parser: ~90 us for a CloudEvent delivery's 13 headers on this machine, ~18 us
-  here, into the same `http.client.HTTPMessage`. The head is held to RFC 9112 as Go's
-  `net/http` holds it (the real servers are Go): a request line of exactly method, target and
-  HTTP/1.x; header lines `name: value` with a token for a name and no control character but a
-  tab in the value, its surrounding whitespace trimmed; an obsolete line folding replaced by a
-  space (RFC 9112 section 5.2); a line over MAX_LINE or more than MAX_HEADERS headers is a 431
-  (the limits `http.client` keeps); anything else malformed is a 400 and the connection is
-  closed. The headers land in a `RequestHeaders`: an `HTTPMessage` whose lookups are one dict
-  read (the `email` package's policy layer re-parses a header on every `get`: ~60 us of a
-  Kubernetes request's ~150 us were its header lookups and `items()`).
-- **Out: the head formatted at once.** `respond` writes what `send_response`, `send_header`
-  and `end_headers` would (status line, Server and Date, the headers, the blank line) as one
-  string, the Date rendered once a second.
+- **In: the request head read line by line, strictly.** A request line of exactly method,
+  target and HTTP/1.x; header lines `name: value` with a token for a name and no control
+  character but a tab in the value, its surrounding whitespace trimmed; an obsolete line
+  folding replaced by a space (RFC 9112 section 5.2); a line over MAX_LINE or more than
+  MAX_HEADERS headers is a 431 (the limits `http.client` keeps); anything else malformed is a
+  400 and the connection is closed. The headers land in a `RequestHeaders`: an `HTTPMessage`
+  whose lookups are one dict read.
+- **Out: a response in one write.** The head (status line, Server and Date, the headers, the
+  blank line) is formatted at once and buffered with the body; `handle_one_request` flushes
+  after every request, `finish()` at the end of a connection, and a streamed response flushes
+  each chunk itself.
 """
 
 from __future__ import annotations
