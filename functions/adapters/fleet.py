@@ -292,8 +292,7 @@ def never_called(ports: ServingPorts) -> Denied:
 
 @functools.lru_cache(maxsize=16)
 def _never_called(engine_deny: str, loopback: str, server: tuple[str, int] | None) -> Denied:
-    # built once per setting, not per pod: parsing the networks cost ~20 us a pod (a fan-out
-    # lists 50 pods per event, a resync tick thousands)
+    # built once per setting, not per pod: a fan-out lists 50 pods per event, a resync tick thousands
     networks = parse_networks(engine_deny) + (LOOPBACK if loopback == "deny" else ())
     return denied_by(networks, [server] if server else [])
 
