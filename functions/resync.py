@@ -95,7 +95,8 @@ def handle(event: CloudEvent, deps: Deps) -> Reply:
     parts = deal(names, deps.settings.resync_shards)
     events = [
         part_event(
-            ResyncShard(namespaces=part, shard=index, shards=len(parts), full=tick.full, reason=tick.reason)
+            ResyncShard(namespaces=part, shard=index, shards=len(parts), full=tick.full, reason=tick.reason),
+            deps.settings.schema_base_url,
         )
         for index, part in enumerate(parts)
     ]
@@ -116,8 +117,10 @@ def deal(namespaces: Iterable[str], shards: int) -> list[list[str]]:
     return [part for index in range(count) if (part := ordered[index::count])]
 
 
-def part_event(part: ResyncShard) -> CloudEvent:
-    return messages.reply(RESYNC_SHARD, NAME, f"{part.shard + 1}/{part.shards}", part)
+def part_event(part: ResyncShard, schema_base_url: str) -> CloudEvent:
+    return messages.reply(
+        RESYNC_SHARD, NAME, f"{part.shard + 1}/{part.shards}", part, schema_base_url=schema_base_url
+    )
 
 
 def judge(deps: Deps, scope: Scope, restat: str | None) -> None:
@@ -126,7 +129,8 @@ def judge(deps: Deps, scope: Scope, restat: str | None) -> None:
     for snapshot in shards(deps, scope):
         # built here, where the tick's trace context is; posted side by side: each is one POST
         # to the Broker, which answers slower than the planner judges the next shard
-        events = [to_event(n) for n in drift.drift(snapshot, deps.settings.mount_root, restat=restat)]
+        base = deps.settings.schema_base_url
+        events = [to_event(n, base) for n in drift.drift(snapshot, deps.settings.mount_root, restat=restat)]
         bounded_map(events, deps.broker.publish, width)
     if restat is not None:
         try:
@@ -493,13 +497,15 @@ def _key(kind: str, obj: Obj) -> AdapterKey:
     return AdapterKey(kind, facts.namespace_of(obj), facts.name_of(obj))  # type: ignore[arg-type]
 
 
-def to_event(nudge: drift.Nudge) -> CloudEvent:
+def to_event(nudge: drift.Nudge, schema_base_url: str) -> CloudEvent:
     ref = AdapterRef.model_validate(
         {"apiVersion": nudge.api_version, "namespace": nudge.namespace, "name": nudge.name}
     )
     data = AdapterDrifted.model_validate({"adapter": ref, "step": nudge.step, "reason": nudge.reason})
     subject = ADAPTER_KINDS[nudge.api_version].path(nudge.namespace, nudge.name)
-    return messages.reply(ADAPTER_DRIFTED, NAME, subject, data, {STEP_EXTENSION: nudge.step})
+    return messages.reply(
+        ADAPTER_DRIFTED, NAME, subject, data, {STEP_EXTENSION: nudge.step}, schema_base_url=schema_base_url
+    )
 
 
 resync = shell.function(NAME, ACCEPTS, handle)
