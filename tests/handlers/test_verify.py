@@ -236,15 +236,20 @@ def test_storage_unavailable_while_hashing_is_retryable_and_writes_nothing() -> 
     assert cluster.kube.writes == 0
 
 
-def test_a_retired_copy_past_its_grace_is_deleted_before_the_write() -> None:
-    old = {WEIGHTS: "1" * 32, CONFIG: md5(C)}
-    retired = {
-        "fileSet": file_set(old),
-        "path": frozen_dir(old),
+def retired_record(declared: dict[str, str]) -> dict[str, object]:
+    """The status record of a frozen set retired long ago (past any grace)."""
+    return {
+        "fileSet": file_set(declared),
+        "path": frozen_dir(declared),
         "size": 9,
         "frozenAt": "2026-05-01T00:00:00Z",
         "retiredAt": "2026-05-30T00:00:00Z",
     }
+
+
+def test_a_retired_copy_past_its_grace_is_deleted_before_the_write() -> None:
+    old = {WEIGHTS: "1" * 32, CONFIG: md5(C)}
+    retired = retired_record(old)
     storage = CountingStorage({WEIGHTS: W, CONFIG: C, frozen_dir(old) + "adapter_model.safetensors": b"old"})
     cluster = Cluster(stat_adapter(frozen=[retired]), storage, frozen_grace=3600)
     assert cluster.run() is not None
@@ -255,13 +260,7 @@ def test_a_retired_copy_past_its_grace_is_deleted_before_the_write() -> None:
 
 def test_a_retired_copy_a_pod_serves_is_kept() -> None:
     old = {WEIGHTS: "1" * 32, CONFIG: md5(C)}
-    retired = {
-        "fileSet": file_set(old),
-        "path": frozen_dir(old),
-        "size": 9,
-        "frozenAt": "2026-05-01T00:00:00Z",
-        "retiredAt": "2026-05-30T00:00:00Z",
-    }
+    retired = retired_record(old)
     served = [{"pod": "d1-0", "fileSet": file_set(old)}]
     cluster = Cluster(stat_adapter(frozen=[retired], served=served), frozen_grace=3600)
     cluster.run()
