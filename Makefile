@@ -60,9 +60,10 @@ serve: $(STAMP) kube ## Keep the embedded stack running in the foreground
 
 FAST := tests/unit tests/handlers
 
+# The servers' tiers name their 25 slowest tests: where the suite's time goes, in every CI log.
 test: $(STAMP) kube ## Run the test suite: the fast tier first (seconds), then the servers' tiers
 	$(WITH_PATH) $(PY) -m pytest $(FAST)
-	$(WITH_PATH) $(PY) -m pytest $(addprefix --ignore=,$(FAST))
+	$(WITH_PATH) $(PY) -m pytest --durations=25 $(addprefix --ignore=,$(FAST))
 
 test-fast: $(STAMP) ## The pure tables and every handler on fakes (no server started)
 	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(PY) -m pytest $(FAST)

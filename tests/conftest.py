@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gc
+import os
 import warnings
 from collections.abc import Iterator
 from pathlib import Path, PurePath
@@ -16,8 +17,6 @@ SERVER_TIERS = ("functions", "seaweedfs", "stack", "cli", "kubernetes", "reliabi
 UNCLOSED_SOCKET = r"unclosed <(socket\.socket|ssl\.SSLSocket) "
 UNCLOSED_PIPE = r"unclosed file <_io\.(BufferedReader|TextIOWrapper|FileIO) name=\d+"
 LEFT_TO_THE_GC = (
-    ("unit/test_keepalive.py", UNCLOSED_SOCKET),
-    ("unit/test_pods_transport.py", UNCLOSED_SOCKET),
     *((f"{tier}/", UNCLOSED_SOCKET) for tier in SERVER_TIERS),
     ("kubernetes/test_kubectl.py", UNCLOSED_PIPE),
     ("stack/test_kubectl.py", UNCLOSED_PIPE),
@@ -70,6 +69,6 @@ def _under_tests(item: pytest.Item) -> PurePath | None:
 
 def _left_to_the_gc(item: pytest.Item) -> list[str]:
     where = _under_tests(item)
-    if where is None:
-        return []
+    if where is None or os.environ.get("LORAFLOW_NO_GC_EXEMPTIONS"):
+        return []  # the variable shows what a folder still leaves, to close it
     return [message for prefix, message in LEFT_TO_THE_GC if where.as_posix().startswith(prefix)]

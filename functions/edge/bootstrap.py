@@ -13,7 +13,7 @@ import os
 import threading
 from collections.abc import Callable
 from datetime import UTC, datetime
-from functools import cache, partial
+from functools import partial
 from typing import TYPE_CHECKING, TypeVar
 
 from functions.observability import configure_logging
@@ -50,6 +50,7 @@ class Deps:
         self._configs = configs
         self._engines = engines
         self._broker = broker
+        self._built: list[object] = []
         self._lock = threading.RLock()  # a port may be built from another (configs from storage)
 
     def _once(self, attribute: str, build: Callable[[], T]) -> T:
@@ -59,7 +60,18 @@ class Deps:
             if value is None:
                 value = build()
                 setattr(self, attribute, value)
+                self._built.append(value)
             return value
+
+    def close(self) -> None:
+        """Close the clients this Deps built; what a caller gave it stays the caller's to close.
+        A step still running keeps working: a closed client closes each connection as it returns."""
+        with self._lock:
+            built, self._built = self._built, []
+        for client in built:
+            closer = getattr(client, "close", None)
+            if callable(closer):
+                closer()
 
     @property
     def kube(self) -> KubePort:
@@ -111,18 +123,32 @@ class Deps:
         return Broker(self.settings.broker_url)
 
 
-@cache
+_made: dict[str, Deps] = {}
+_made_lock = threading.Lock()
+
+
 def deps(function: str = "") -> Deps:
     """The Deps of one function of this process, from the environment (the functions-framework
     entry points use it). In a cluster a process serves one function with its own
     ServiceAccount; the embedded stack serves all of them in one process, so `KUBECONFIG_<NAME>`
     (e.g. KUBECONFIG_LOAD) gives each function its own account's kubeconfig there."""
-    configure_logging()
-    settings = Settings.from_env()
-    own = os.environ.get(f"KUBECONFIG_{function.upper()}") if function else None
-    return Deps(settings.model_copy(update={"kubeconfig": own}) if own else settings)
+    with _made_lock:
+        made = _made.get(function)
+        if made is None:
+            configure_logging()
+            settings = Settings.from_env()
+            own = os.environ.get(f"KUBECONFIG_{function.upper()}") if function else None
+            made = _made[function] = Deps(
+                settings.model_copy(update={"kubeconfig": own}) if own else settings
+            )
+        return made
 
 
 def reset_deps() -> None:
-    """Forget the process's Deps (the embedded stack changes the environment between runs)."""
-    deps.cache_clear()
+    """Close and forget the process's Deps (the embedded stack changes the environment between
+    runs); the next event builds them again from the environment."""
+    with _made_lock:
+        made = list(_made.values())
+        _made.clear()
+    for each in made:
+        each.close()
