@@ -54,8 +54,13 @@ class FunctionHost:
         return self
 
     def stop(self) -> None:
+        # together: each shutdown waits up to the server's poll interval for its loop to notice
+        stopping = [threading.Thread(target=server.shutdown) for server, _ in self._servers]
+        for thread in stopping:
+            thread.start()
+        for thread in stopping:
+            thread.join(timeout=5)
         for server, thread in self._servers:
-            server.shutdown()
             server.server_close()
             thread.join(timeout=5)
         self._servers.clear()

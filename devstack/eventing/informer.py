@@ -23,6 +23,7 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import socket
 import ssl
 import threading
 from collections.abc import Callable, Mapping, Sequence
@@ -120,8 +121,7 @@ class Informer:
         with self._lock:
             response = self._response
         if response is not None:
-            with contextlib.suppress(Exception):
-                response.close()
+            _interrupt(response)
         self._thread.join(timeout=5)
         self._http.close()
 
@@ -226,3 +226,15 @@ def _raise_for(answer: httpx.Response) -> None:
         raise Expired(answer.text[:200])
     if answer.status_code != 200:
         raise RuntimeError(f"HTTP {answer.status_code}: {answer.text[:300]}")
+
+
+def _interrupt(response: httpx.Response) -> None:
+    """Wake the thread blocked reading `response`: closing a socket another thread reads does
+    not wake it on Linux, shutting it down does."""
+    stream = response.extensions.get("network_stream")
+    sock = stream.get_extra_info("socket") if stream is not None else None
+    if isinstance(sock, socket.socket):
+        with contextlib.suppress(OSError):
+            sock.shutdown(socket.SHUT_RDWR)
+    with contextlib.suppress(Exception):
+        response.close()
