@@ -66,7 +66,7 @@ from devstack.eventing.triggers import (
 )
 from devstack.eventing.triggerwatch import TriggerWatch
 from devstack.functions_host import FUNCTIONS, FunctionHost, ProcessFunctionHost, launch_source
-from devstack.kubernetes import ControlPlane, Kube, prepare
+from devstack.kubernetes import Kube, prepared
 from devstack.seaweedfs import BUCKET, MOUNT_ROOT, FaultProxy, SeaweedServer, Shared, Webhook, WebhookRelay
 from devstack.supervisor import Supervisor
 from devstack.workload import Workload
@@ -244,9 +244,8 @@ class Stack:
         # applied (and Knative's CRDs first), as a cluster running loraflow has them. The
         # functions reach it through the fault proxy with their ServiceAccounts' tokens.
         self.base.mkdir(parents=True, exist_ok=True)
-        self.control_plane = ControlPlane(self.base / "kube", controllers=True).start()
+        self.control_plane = prepared(self.manifests, self.base / "kube", controllers=True)
         self._on_stop(self.control_plane.stop, tier=3)
-        prepare(self.control_plane, self.manifests)
         self.kube = Kube(self.control_plane, proxy=self.kube_proxy)
         self._on_stop(self.kube.stop)
         admin = self.base / "admin.kubeconfig"

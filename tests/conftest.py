@@ -10,6 +10,7 @@ from pathlib import Path, PurePath
 
 import pytest
 
+from devstack.kubernetes import SEEDED
 from tests.support.testbed import Testbed, testbed
 
 TESTS = Path(__file__).resolve().parent
@@ -34,6 +35,12 @@ def world() -> Iterator[Testbed]:
     see each other's objects."""
     with testbed(Testbed) as started:
         yield started
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """The session starts many control planes with the same manifests: each set is installed
+    once, into an etcd the others start from (devstack.kubernetes.prepared)."""
+    os.environ.setdefault(SEEDED, "1")
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

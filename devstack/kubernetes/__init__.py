@@ -8,9 +8,15 @@ loraflow has: Knative's CRDs and ours, the `loraflow` namespace, the functions' 
 
 from __future__ import annotations
 
+import atexit
+import hashlib
+import json
+import os
+import shutil
+import tempfile
 import threading
 from collections import Counter
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +27,7 @@ from devstack.kubernetes.controlplane import ControlPlane
 from devstack.kubernetes.faultproxy import KubeFault, KubeFaultProxy
 from devstack.kubernetes.pki import Certificate
 
-__all__ = ["ControlPlane", "Kube", "KubeFault", "prepare", "shared"]
+__all__ = ["ControlPlane", "Kube", "KubeFault", "prepare", "prepared", "shared"]
 
 HERE = Path(__file__).resolve().parent
 KNATIVE_CRDS = HERE / "knative-crds"
@@ -53,6 +59,55 @@ def knative_crds() -> list[dict[str, Any]]:
 def prepare(plane: ControlPlane, manifests: Iterable[Mapping[str, Any]]) -> None:
     """Install Knative's CRDs and `manifests` (our CRDs, namespace, RBAC, ...)."""
     plane.install([*knative_crds(), *manifests])
+
+
+SEEDED = "LORAFLOW_KUBE_SEEDED"
+"""Set (to anything): `prepared` installs each set of manifests once per process, into a seed
+that later control planes start from. For a process that starts many (the test suite); one that
+starts one (`make run`, each benchmark) would only pay for the seed."""
+
+
+def prepared(
+    manifests: Iterable[Mapping[str, Any]], base_dir: Path | None = None, *, controllers: bool = False
+) -> ControlPlane:
+    """A started control plane holding Knative's CRDs and `manifests`, as `prepare` installs
+    them: applied to this one, or (with LORAFLOW_KUBE_SEEDED) already in the etcd it starts from."""
+    documents = [*knative_crds(), *(dict(m) for m in manifests)]
+    if not os.environ.get(SEEDED):
+        plane = ControlPlane(base_dir, controllers=controllers).start()
+        _or_stop(plane, lambda: plane.install(documents))
+        return plane
+    plane = ControlPlane(base_dir, controllers=controllers, seed=_seed(documents)).start()
+    crds = [d for d in documents if d.get("kind") == "CustomResourceDefinition"]
+    _or_stop(plane, lambda: plane.await_served(crds))
+    return plane
+
+
+def _or_stop(plane: ControlPlane, step: Callable[[], None]) -> None:
+    try:
+        step()
+    except BaseException:
+        plane.stop()
+        raise
+
+
+_seeds: dict[str, Path] = {}
+_seeds_lock = threading.Lock()
+
+
+def _seed(documents: list[dict[str, Any]]) -> Path:
+    """The etcd data directory of a control plane that installed `documents` and stopped: made
+    on first use (about one start and install), removed when the interpreter exits."""
+    key = hashlib.sha256(json.dumps(documents, sort_keys=True).encode()).hexdigest()
+    with _seeds_lock:
+        found = _seeds.get(key)
+        if found is None:
+            root = Path(tempfile.mkdtemp(prefix="loraflow-etcd-seed-"))
+            atexit.register(shutil.rmtree, root, True)
+            with ControlPlane(root / "plane") as plane:
+                plane.install(documents)
+            found = _seeds[key] = root / "plane" / "etcd"
+        return found
 
 
 class Kube:
@@ -159,10 +214,7 @@ def shared(manifests: Iterable[Mapping[str, Any]] = ()) -> ControlPlane:
     global _shared
     with _shared_lock:
         if _shared is None:
-            import atexit
-
-            plane = ControlPlane().start()
+            plane = prepared(manifests)
             atexit.register(plane.stop)
-            prepare(plane, manifests)
             _shared = plane
         return _shared

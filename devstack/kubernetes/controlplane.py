@@ -52,13 +52,20 @@ class ControlPlane:
     """etcd + kube-apiserver in `base_dir` (a temporary one unless given), stopped by `stop()`."""
 
     def __init__(
-        self, base_dir: Path | None = None, *, host: str = "127.0.0.1", controllers: bool = False
+        self,
+        base_dir: Path | None = None,
+        *,
+        host: str = "127.0.0.1",
+        controllers: bool = False,
+        seed: Path | None = None,
     ) -> None:
         """`controllers`: also run kube-controller-manager's namespace, garbage-collector and
         serviceaccount controllers, so that a deleted namespace empties and goes, the Pods of a
-        deleted target go, and each namespace gets its `default` ServiceAccount."""
+        deleted target go, and each namespace gets its `default` ServiceAccount. `seed`: an etcd
+        data directory (of a stopped etcd) that the first start copies and starts from."""
         self.host = host
         self.controllers = controllers
+        self.seed = seed
         self._owns_dir = base_dir is None
         self.dir = Path(tempfile.mkdtemp(prefix="loraflow-kube-")) if base_dir is None else Path(base_dir)
         etcd_client, etcd_peer, secure = free_ports(3, host)
@@ -155,6 +162,9 @@ class ControlPlane:
     def start_etcd(self, timeout: float = 60.0) -> None:
         assert self._bin is not None
         peer = f"http://{self.host}:{self.ports['etcd_peer']}"
+        if self.seed is not None and not (self.dir / "etcd").exists():
+            # a single member keeps its stored membership and serves on the ports given here
+            shutil.copytree(self.seed, self.dir / "etcd")
         argv = [
             str(self._bin.etcd),
             "--name=loraflow",
@@ -361,6 +371,23 @@ class ControlPlane:
             self.kubectl_run("wait", "--for=condition=Established", f"--timeout={int(timeout)}s", *names)
         if rest:
             self._apply(rest)
+
+    def await_served(self, crds: Iterable[Mapping[str, Any]], timeout: float = 60.0) -> None:
+        """Wait until the server lists the objects of each CustomResourceDefinition in `crds` (at
+        its storage version): a server started on a seed serves them soon after it is ready."""
+        paths = [
+            f"/apis/{crd['spec']['group']}/{version['name']}/{crd['spec']['names']['plural']}?limit=1"
+            for crd in crds
+            for version in crd["spec"]["versions"]
+            if version.get("storage")
+        ]
+        deadline = time.monotonic() + timeout
+        with self.http() as http:
+            for path in paths:
+                while http.get(path).status_code != 200:
+                    if time.monotonic() > deadline:
+                        raise TimeoutError(f"{path} not served within {timeout} s")
+                    time.sleep(0.1)
 
     def _apply(self, documents: list[dict[str, Any]]) -> None:
         listing = json.dumps({"apiVersion": "v1", "kind": "List", "items": documents})
