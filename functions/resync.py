@@ -57,7 +57,7 @@ from functions.edge import inputs, messages, shell
 from functions.edge.bootstrap import Deps
 from functions.edge.messages import Reply
 from functions.errors import StorageUnavailable
-from functions.logic import drift, facts, frozen
+from functions.logic import capacity, drift, facts, frozen
 from functions.logic.paths import FROZEN_ROOT
 from functions.logic.pods import Endpoint
 from functions.logic.serving import AdapterKey, TargetKey
@@ -190,6 +190,8 @@ class Held(NamedTuple):
 
     services: Mapping[drift.Namespaced, Obj]
     pods: Mapping[TargetKey, Sequence[Endpoint]]
+    vllm_args: Mapping[tuple[drift.Namespaced, str], Sequence[object]]
+    """((namespace, deployment), pod) -> its engine container's arguments (its capacity)."""
 
 
 def hold(deps: Deps, scope: Scope) -> Held:
@@ -200,12 +202,15 @@ def hold(deps: Deps, scope: Scope) -> Held:
         (facts.namespace_of(s), facts.name_of(s)): s for s in kube.iter(INFERENCE_SERVICE, page_size=page)
     }
     pods: dict[TargetKey, list[Endpoint]] = defaultdict(list)
+    vllm_args: dict[tuple[drift.Namespaced, str], Sequence[object]] = {}
     for pod in scope.keep(kube.iter(POD, None, f"{SERVING_LABEL}=true", page_size=page)):
         target = inputs.serving_target(pod)
         ep = fleet.endpoint_of(deps, pod, target) if target is not None else None
         if ep is not None and target is not None:
             pods[target].append(ep)
-    return Held(services, dict(pods))
+            if target.kind == "ModelDeployment":
+                vllm_args[((target.namespace, target.name), ep.pod)] = capacity.container_args(pod)
+    return Held(services, dict(pods), vllm_args)
 
 
 class Deployments:
@@ -378,18 +383,21 @@ def _vllm_shards(deps: Deps, scope: Scope, held: Held, models: Models) -> Iterat
     current: str | None = None
     mds: list[Obj] = []
     pods: dict[drift.Namespaced, dict[str, Any]] = {}
+    capacities: dict[drift.Namespaced, dict[str, drift.PodCapacity]] = {}
     unnamed: set[str] = set()
     ahead = Ahead(deps, held)
 
     def enter(namespace: str, its_mds: list[Obj]) -> None:
-        nonlocal current, mds, pods, unnamed
+        nonlocal current, mds, pods, capacities, unnamed
         current, mds = namespace, its_mds
         pods = ahead.listings(namespace, _md_keys(namespace, its_mds), deployments.upcoming())
+        capacities = drift.vllm_capacities(its_mds, pods, held.vllm_args)
         unnamed = drift.listed(pods)
 
     def leave() -> Iterator[drift.Snapshot]:
         if current is not None and unnamed:
-            yield drift.Snapshot(deployments=mds, md_pods=drift.restrict(pods, unnamed))
+            restricted = drift.restrict(pods, unnamed)
+            yield drift.Snapshot(deployments=mds, md_pods=restricted, md_capacity=capacities)
 
     def before(namespace: str | None) -> Iterator[drift.Snapshot]:
         """The namespaces with ModelDeployments but no adapter, up to `namespace` (None: all)."""
@@ -413,6 +421,7 @@ def _vllm_shards(deps: Deps, scope: Scope, held: Held, models: Models) -> Iterat
                 v1=chunk,
                 deployments=mds,
                 md_pods=drift.restrict(pods, names),
+                md_capacity=capacities,
                 models=models.existing(chunk),
             )
         yield from leave()

@@ -34,6 +34,9 @@ nudged to load every tick. Room that may have appeared shows in the snapshot and
 load would plan it: a claimant deleted or reprioritised changes the ranking, and a pod listing
 fewer (a copy unloaded, a replica added or restarted) or more (capacity raised) names than
 the condition says leaves the capacity unknown, so every claim is nudged to load as before.
+A vllm pod's capacity is read as load reads it, from its arguments or its ModelDeployment's
+spec (`vllm_capacities`): its served records' residency is judged like any other field, so a
+lost residency write is nudged to load, which rewrites it.
 """
 
 from __future__ import annotations
@@ -45,7 +48,7 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any, NamedTuple
 
-from functions.logic import conditions, facts, loaded, reasons, serving
+from functions.logic import capacity, conditions, facts, loaded, reasons, serving
 from functions.logic.adapter_config import VALID, ConfigVerdict
 from functions.logic.capacity import Capacity
 from functions.logic.paths import is_subdomain
@@ -79,6 +82,35 @@ class Nudge(NamedTuple):
     reason: str
 
 
+class PodCapacity(NamedTuple):
+    capacity: Capacity
+    listed: int
+    """How many names the pod's engine lists in all (a shard's listing holds only its own)."""
+
+
+def vllm_capacities(
+    deployments: Sequence[Obj],
+    pods: Mapping[Namespaced, Mapping[str, Listing]],
+    pod_args: Mapping[tuple[Namespaced, str], Sequence[object]],
+) -> dict[Namespaced, dict[str, PodCapacity]]:
+    """Each reachable Ready pod's capacity as load reads it (vLLM reports none: the pod's
+    arguments, else its ModelDeployment's spec.engineArgs), with its whole listing's length;
+    pods without a known count are left out (load writes no residency for them)."""
+    spec_args: dict[Namespaced, Sequence[object] | None] = {}
+    for md in deployments:
+        args = facts.spec(md).get("engineArgs")
+        spec_args[(facts.namespace_of(md), facts.name_of(md))] = args if isinstance(args, list) else None
+    found: dict[Namespaced, dict[str, PodCapacity]] = {}
+    for target, group in pods.items():
+        for pod, listing in group.items():
+            if listing is None:
+                continue
+            cap = capacity.of_pod("vllm", None, pod_args.get((target, pod)), spec_args.get(target))
+            if cap.slots is not None or cap.problem is not None:
+                found.setdefault(target, {})[pod] = PodCapacity(cap, len(listing))
+    return found
+
+
 @dataclass
 class Snapshot:
     v1: Sequence[Obj] = ()
@@ -87,6 +119,9 @@ class Snapshot:
     services: Sequence[Obj] = ()
     md_pods: Mapping[Namespaced, Mapping[str, Listing]] = field(default_factory=dict)
     """(namespace, deployment) -> Ready pod name -> its listing (None: unreachable)."""
+    md_capacity: Mapping[Namespaced, Mapping[str, PodCapacity]] = field(default_factory=dict)
+    """(namespace, deployment) -> Ready pod -> its capacity and how many names it lists in all,
+    for the pods whose capacity is known (`vllm_capacities`): their adapters' residency."""
     isvc_pods: Mapping[Namespaced, Mapping[str, Listing]] = field(default_factory=dict)
     models: frozenset[Namespaced] = frozenset()
     """(namespace, model) of the Models that exist, among those some adapter reported missing."""
@@ -211,15 +246,24 @@ def world_of(snapshot: Snapshot, policy: Policy) -> tuple[serving.World, dict[Ad
             targets.setdefault(adapter.target, None)
     pods: dict[TargetKey, tuple[Pod, ...]] = {}
     full = full_targets(snapshot, adapters)
-    for kind, grouped in (("ModelDeployment", snapshot.md_pods), ("InferenceService", snapshot.isvc_pods)):
-        for (namespace, name), listings in grouped.items():
-            key = TargetKey(kind, namespace, name)  # type: ignore[arg-type]
-            if targets.get(key) is not None:
-                cap = full.get(key)
-                pods[key] = tuple(
-                    Pod(key, pod, listing if listing is not None else UNREACHABLE, cap)
-                    for pod, listing in sorted(listings.items())
-                )
+    for (namespace, name), listings in snapshot.md_pods.items():
+        key = TargetKey("ModelDeployment", namespace, name)
+        if targets.get(key) is not None:
+            known = snapshot.md_capacity.get((namespace, name)) or {}
+            pods[key] = tuple(
+                Pod(key, pod, listing, *known[pod])
+                if listing is not None and pod in known
+                else Pod(key, pod, listing if listing is not None else UNREACHABLE)
+                for pod, listing in sorted(listings.items())
+            )
+    for (namespace, name), listings in snapshot.isvc_pods.items():
+        key = TargetKey("InferenceService", namespace, name)
+        if targets.get(key) is not None:
+            cap = full.get(key)
+            pods[key] = tuple(
+                Pod(key, pod, listing if listing is not None else UNREACHABLE, cap)
+                for pod, listing in sorted(listings.items())
+            )
     return serving.World(adapters, targets, pods, policy), objects
 
 
@@ -282,11 +326,17 @@ def steady(snapshot: Snapshot, mount_root: str) -> frozenset[AdapterKey]:
     pods: dict[TargetKey, list[tuple[str, Listing]]] = {}
     copies: dict[Namespaced, list[tuple[TargetKey, str, str]]] = defaultdict(list)
     """(namespace, name) -> (target, pod, root) of every entry under that name."""
+    residencies: dict[str, dict[str, str]] = {}
+    """pod -> the residency field load writes for each adapter it serves (pods are named in
+    their namespace, and a shard holds one namespace)."""
     for (namespace, name), group in snapshot.md_pods.items():
         md_key = TargetKey("ModelDeployment", namespace, name)
         if md_key not in targets:
             continue  # world_of keeps no pod of a target that does not exist
         pods[md_key] = sorted(group.items())
+        for pod, known in (snapshot.md_capacity.get((namespace, name)) or {}).items():
+            if known.capacity.slots is not None and known.capacity.problem is None:
+                residencies[pod] = {"residency": serving.residency(known.capacity.slots, known.listed)}
         for pod, listing in pods[md_key]:
             for lora, root in (listing or {}).items():
                 copies[(namespace, lora)].append((md_key, pod, root))
@@ -323,7 +373,7 @@ def steady(snapshot: Snapshot, mount_root: str) -> frozenset[AdapterKey]:
         status = facts.status(obj)
         if sorted(status.get("usedBy") or []) != used_by:
             continue
-        served = [{"pod": pod, "fileSet": adapter.file_set} for pod in pod_names]
+        served = [{"pod": pod, "fileSet": adapter.file_set, **residencies.get(pod, {})} for pod in pod_names]
         have = conditions_.get(reasons.LOADED) or {}
         if _served_differ(status, served) or _loaded_differs(have, want):
             continue
@@ -573,9 +623,14 @@ def stale_status(
 def _served_differ(status: Mapping[str, Any], served: list[Obj]) -> str | None:
     recorded = status.get("served") or []
     # load writes them sorted: equal lists are the common case
-    if recorded != served and _served(status) != _served({"served": served}):
-        return "served records differ from the pods' listings"
-    return None
+    if recorded == served:
+        return None
+    have, want = _served(status), _served({"served": served})
+    if have == want:
+        return None
+    if [r[:2] for r in have] == [r[:2] for r in want]:
+        return "served records' residency differs from what the pods' capacity and listings say"
+    return "served records differ from the pods' listings"
 
 
 def _loaded_differs(have: Mapping[str, Any], want: Mapping[str, Any]) -> str | None:
@@ -601,7 +656,9 @@ def _loaded(state: loaded.LoadedState | None, have: Mapping[str, Any]) -> Mappin
     return {"status": state.status, "reason": state.reason, "message": message}
 
 
-def _served(status: Mapping[str, Any]) -> list[tuple[str, str]]:
+def _served(status: Mapping[str, Any]) -> list[tuple[str, str, str]]:
     return sorted(
-        (str(s.get("pod")), str(s.get("fileSet"))) for s in status.get("served") or [] if isinstance(s, dict)
+        (str(s.get("pod")), str(s.get("fileSet")), str(s.get("residency") or ""))
+        for s in status.get("served") or []
+        if isinstance(s, dict)
     )

@@ -132,6 +132,9 @@ class Pod(NamedTuple):
     listing: Listing = None
     capacity: Capacity | None = None
     """None: no limit known (nothing is ranked out)."""
+    listed: int | None = None
+    """How many names the engine lists in all, when `listing` is only a part of it (a resync
+    shard); None: the listing's own length."""
 
 
 class Policy(NamedTuple):
@@ -475,6 +478,12 @@ def rank_key(adapter: Adapter | None, lora: str) -> tuple[int, str, str, str]:
     return (-adapter.priority, adapter.created or "~", adapter.key.namespace, adapter.key.name)
 
 
+def residency(slots: int, listed: int) -> str:
+    """A vllm pod's residency: every adapter it lists fits its CPU cache, or some are read
+    again from their path when a request names them."""
+    return reasons.RESIDENT if listed <= slots else reasons.RELOADABLE
+
+
 def room(world: World, desire: Desire, pod: Pod) -> Room:
     """Which of its target's claims `pod` holds, given its capacity and what else it lists."""
     cap = pod.capacity
@@ -487,9 +496,8 @@ def room(world: World, desire: Desire, pod: Pod) -> Room:
         return Room(held, cap, len(claims))
     assert cap.slots is not None
     if not cap.evicts_listed:  # vllm: every name stays served; residency says how
-        total = len(listing) if listing is not None else len(claims)
-        residency = reasons.RESIDENT if total <= cap.slots else reasons.RELOADABLE
-        return Room(None, cap, len(claims), residency)
+        total = pod.listed if pod.listed is not None else len(listing) if listing is not None else len(claims)
+        return Room(None, cap, len(claims), residency(cap.slots, total))
     foreign = 0 if listing is None else sum(1 for n in listing if n not in claims)
     if len(claims) + foreign <= cap.slots:
         return Room(None, cap, len(claims))

@@ -12,7 +12,8 @@ from typing import Any
 from cloudevents.http import CloudEvent
 
 from events.domain import ADAPTER_DRIFTED, ADAPTER_READY, STEP_EXTENSION
-from functions import load, reload, unload
+from events.external import PING
+from functions import load, reload, resync, unload
 from functions.edge.bootstrap import Deps
 from functions.logic import reasons
 from functions.logic.capacity import Capacity
@@ -223,6 +224,39 @@ def test_vllm_residency_of_the_others_follows_a_load_and_an_unload() -> None:
     cluster.run(unload, adapter_event(ADAPTER_DRIFTED, VLLM_ADAPTER, NS, "a2", **{STEP_EXTENSION: "unload"}))
     assert residency("a1") == ["resident"]
     assert cluster.engine_calls("load") == 2  # the passes over the deployment call no engine
+
+
+def test_a_lost_residency_write_is_found_by_resync_and_load_writes_it_again() -> None:
+    """The pass over the deployment after a load is one more write, and can be lost (a crash,
+    a conflict given up): resync judges residency as load would write it, from the pods'
+    arguments and listings, and nudges load, which rewrites it without calling an engine."""
+    md = model_deployment(NS, "d1", ["a1", "a2"])
+    pods = [pod(NS, "d1-0", md, "10.3.0.1")]
+    pods[0]["spec"]["containers"][0]["args"] = ["--max-cpu-loras=1"]
+    files = {f"/loraadapters/{NS}/m1/{n}/adapter_config.json": CONFIG for n in ("a1", "a2")}
+    cluster = Cluster(vllm_adapter(NS, "a1"), vllm_adapter(NS, "a2"), md, *pods, files=files)
+    cluster.run(load, adapter_event(ADAPTER_READY, VLLM_ADAPTER, NS, "a1"))
+    cluster.run(load, adapter_event(ADAPTER_READY, VLLM_ADAPTER, NS, "a2"))
+    broker = cluster.deps.broker
+    assert isinstance(broker, FakeBroker)
+
+    def nudged() -> list[tuple[str, str]]:
+        broker.events.clear()
+        resync.handle(CloudEvent({"type": PING, "source": "/tests", "id": "tick"}), cluster.deps)
+        return sorted((e.get_data()["adapter"]["name"], e[STEP_EXTENSION]) for e in broker.events)  # type: ignore[index]
+
+    assert nudged() == []
+    obj = cluster.kube.get(VLLM_ADAPTER, NS, "a1")
+    assert obj is not None and obj["status"]["served"][0]["residency"] == "reloadable"
+    obj["status"]["served"][0]["residency"] = "resident"  # as load's first write left it
+    cluster.kube.put(obj)
+    assert nudged() == [("a1", "load")]
+    loads = cluster.engine_calls("load")
+    cluster.run(load, adapter_event(ADAPTER_DRIFTED, VLLM_ADAPTER, NS, "a1", **{STEP_EXTENSION: "load"}))
+    obj = cluster.kube.get(VLLM_ADAPTER, NS, "a1")
+    assert obj is not None and obj["status"]["served"][0]["residency"] == "reloadable"
+    assert cluster.engine_calls("load") == loads
+    assert nudged() == []
 
 
 def test_a_reload_lists_only_the_restarted_pods_engine() -> None:

@@ -23,7 +23,7 @@ from events.external import PING
 from functions import resync
 from functions.edge import inputs
 from functions.edge.bootstrap import Deps
-from functions.logic import drift
+from functions.logic import capacity, drift
 from functions.logic.facts import file_set
 from functions.resources.kinds import (
     INFERENCE_SERVICE,
@@ -51,6 +51,9 @@ NAMESPACES = ("ns", "ns-a", "ns-b")  # etcd lists "ns-a/..." before "ns/..."
 LORAS = ("x", "y")
 PATHS = ("/p/1", "/p/2")
 STAMPS = ("2026-01-01T00:00:00Z", "2026-01-01T00:00:05Z")
+CAPACITY_ARGS = ([], [], ["--max-cpu-loras=1"], ["--max-cpu-loras", "3"], ["--max-loras=0"])
+"""A vllm pod's arguments: no capacity, one that binds, one that may, and garbage."""
+RESIDENCIES = (None, "resident", "reloadable")
 
 
 def _vllm(draw: st.DrawFn, namespace: str, name: str, pods: list[str], mds: list[str]) -> Obj:
@@ -82,7 +85,11 @@ def _vllm(draw: st.DrawFn, namespace: str, name: str, pods: list[str], mds: list
     if served:
         stale = draw(st.booleans())
         status["served"] = [
-            {"pod": p, "fileSet": file_set({}) if stale else status.get("fileSet", "")}
+            {
+                "pod": p,
+                "fileSet": file_set({}) if stale else status.get("fileSet", ""),
+                **({"residency": r} if (r := draw(st.sampled_from(RESIDENCIES))) else {}),
+            }
             for p in sorted(served)
         ]
     return obj
@@ -117,9 +124,12 @@ def clusters(draw: st.DrawFn) -> tuple[list[Obj], dict[str, dict[str, str]]]:
         for md_name in mds:
             wanted = sorted(draw(st.sets(st.sampled_from([*names, "gone"])))) if names else []
             md = model_deployment(namespace, md_name, wanted)
+            if draw(st.booleans()):
+                md["spec"]["engineArgs"] = draw(st.sampled_from(CAPACITY_ARGS))
             objects.append(md)
             for p in range(draw(st.integers(0, 2))):
                 served = pod(namespace, f"{md_name}-{p}", md, f"10.0.0.{next(ip)}")
+                served["spec"]["containers"][0]["args"] = draw(st.sampled_from(CAPACITY_ARGS))
                 objects.append(served)
                 pod_names.append(f"{md_name}-{p}")
                 listing: dict[str, str] = {}
@@ -157,24 +167,28 @@ def _whole_world(kube: FakeKube, engines: FakeEngines, deps: Deps) -> drift.Snap
         "md": defaultdict(dict),
         "isvc": defaultdict(dict),
     }
+    args: dict[tuple[drift.Namespaced, str], list[object]] = {}
     for obj in kube.iter(POD):
         target = inputs.serving_target(obj)
         ep = resync.fleet.endpoint_of(deps, obj, target) if target is not None else None
         if target is None or ep is None:
             continue
         which = "md" if target.kind == "ModelDeployment" else "isvc"
+        args[((target.namespace, target.name), ep.pod)] = capacity.container_args(obj)
         listing = engines.listing(ep)
         grouped[which][(target.namespace, target.name)][ep.pod] = (
             listing if isinstance(listing, dict) else None
         )
     v1 = list(kube.iter(VLLM_ADAPTER))
     models = frozenset(k for k in drift.missing_models(v1) if kube.get(MODEL, k[0], k[1]) is not None)
+    deployments = list(kube.iter(MODEL_DEPLOYMENT))
     return drift.Snapshot(
         v1=v1,
         v2=list(kube.iter(SGLANG_ADAPTER)),
-        deployments=list(kube.iter(MODEL_DEPLOYMENT)),
+        deployments=deployments,
         services=list(kube.iter(INFERENCE_SERVICE)),
         md_pods=grouped["md"],
+        md_capacity=drift.vllm_capacities(deployments, grouped["md"], args),
         isvc_pods=grouped["isvc"],
         models=models,
     )

@@ -19,6 +19,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from functions.logic import drift
+from functions.logic.capacity import Capacity
 from functions.logic.loaded import loaded_in
 from functions.logic.serving import AdapterKey
 from tests.support.objects import MOUNT, condition, model_deployment, vllm_adapter
@@ -29,6 +30,8 @@ NAMED = {"d0": ["a0", "a1", "a2", "a4"], "d1": ["a2", "a3", "a4"]}
 """a2 and a4 are named by both deployments; a5 by none (never steady: NotReferenced)."""
 PODS = {"d0": ["d0-0", "d0-1"], "d1": ["d1-0", "d1-1", "d1-2"]}
 ADAPTERS = ["a0", "a1", "a2", "a3", "a4", "a5"]
+SLOTS = {"d0-0": 2, "d0-1": 8}
+"""The vllm capacity of d0's pods (d1's is unknown): d0-0 lists more than it keeps resident."""
 
 
 def _root(name: str, model: str = "m1") -> str:
@@ -42,6 +45,15 @@ def in_sync() -> drift.Snapshot:
         (NS, md): {pod: {name: _root(name) for name in NAMED[md]} for pod in pods}
         for md, pods in PODS.items()
     }
+    md_capacity = {
+        (NS, "d0"): {
+            pod: drift.PodCapacity(Capacity(slots, False, "pod args"), len(NAMED["d0"]))
+            for pod, slots in SLOTS.items()
+        }
+    }
+    residency = {
+        pod: "resident" if len(NAMED["d0"]) <= slots else "reloadable" for pod, slots in SLOTS.items()
+    }
     v1 = []
     for name in ADAPTERS:
         obj = vllm_adapter(NS, name)
@@ -51,14 +63,21 @@ def in_sync() -> drift.Snapshot:
         if used:
             counts = ", ".join(f"{md} {len(PODS[md])}/{len(PODS[md])}" for md in used)
             status["usedBy"] = used
-            status["served"] = [{"pod": pod, "fileSet": status["fileSet"]} for pod in pods]
+            status["served"] = [
+                {
+                    "pod": pod,
+                    "fileSet": status["fileSet"],
+                    **({"residency": residency[pod]} if pod in residency else {}),
+                }
+                for pod in pods
+            ]
             loaded = condition("Loaded", "True", "Loaded", f"{loaded_in(len(pods))}: {counts}")
         else:
             loaded = condition("Loaded", "False", "NotReferenced", "no ModelDeployment names it")
         status["conditions"].append(loaded)
         obj["metadata"]["generation"] = 1
         v1.append(obj)
-    return drift.Snapshot(v1=v1, deployments=deployments, md_pods=md_pods)
+    return drift.Snapshot(v1=v1, deployments=deployments, md_pods=md_pods, md_capacity=md_capacity)
 
 
 def _adapter(snapshot: drift.Snapshot, name: str) -> Obj:
@@ -75,11 +94,12 @@ ADAPTER_DAMAGES = [
     "no-loaded", "loaded-twice", "ready-twice", "ready-false", "ready-unknown", "model-not-found",
     "generation", "never-admitted", "deleting", "other-model", "storage-elsewhere", "storage-outside",
     "file-set-changed", "declared-changed", "duplicate", "phase-failed", "no-finalizer",
+    "residency-lost", "residency-missing",
 ]  # fmt: skip
 DEPLOYMENT_DAMAGES = ["deleting", "other-model", "names-less", "names-twice", "gone"]
 POD_DAMAGES = [
     "entry-gone", "other-root", "static-root", "other-model-root", "unnormal-root", "copy",
-    "unreachable", "pod-gone",
+    "unreachable", "pod-gone", "capacity-unknown", "capacity-garbage", "capacity-room",
 ]  # fmt: skip
 
 
@@ -144,6 +164,16 @@ def damage_adapter(snapshot: drift.Snapshot, name: str, how: str) -> None:
         status["phase"] = "Failed"
     elif how == "no-finalizer":
         meta["finalizers"] = []
+    elif how == "residency-lost":  # the write after a load that moved the pod across its capacity
+        flip = {"resident": "reloadable", "reloadable": "resident"}
+        status["served"] = [
+            {**r, "residency": flip[r["residency"]]} if "residency" in r else r
+            for r in status.get("served", [])
+        ]
+    elif how == "residency-missing":
+        status["served"] = [
+            {k: v for k, v in r.items() if k != "residency"} for r in status.get("served", [])
+        ]
 
 
 def damage_deployment(snapshot: drift.Snapshot, index: int, how: str) -> None:
@@ -168,7 +198,16 @@ def damage_pods(snapshot: drift.Snapshot, target: drift.Namespaced, index: int, 
         return
     pod = sorted(group)[index]
     listing = group[pod]
-    if how == "unreachable":
+    known: dict[str, drift.PodCapacity] = snapshot.md_capacity.get(target, {})  # type: ignore[assignment]
+    if how.startswith("capacity-") and pod not in known:
+        return
+    if how == "capacity-unknown":
+        del known[pod]
+    elif how == "capacity-garbage":
+        known[pod] = drift.PodCapacity(Capacity(None, False, "pod args", ("EngineCapacityInvalid", "0")), 4)
+    elif how == "capacity-room":  # raised: every adapter it lists is resident now
+        known[pod] = known[pod]._replace(capacity=Capacity(64, False, "pod args"))
+    elif how == "unreachable":
         group[pod] = None
     elif how == "pod-gone":
         del group[pod]
@@ -190,6 +229,7 @@ def damage_pods(snapshot: drift.Snapshot, target: drift.Namespaced, index: int, 
 
 def _copied(snapshot: drift.Snapshot) -> drift.Snapshot:
     snapshot.v1, snapshot.deployments = list(snapshot.v1), list(snapshot.deployments)
+    snapshot.md_capacity = {target: dict(pods) for target, pods in snapshot.md_capacity.items()}
     return snapshot
 
 
