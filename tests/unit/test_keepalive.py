@@ -5,6 +5,7 @@ tests/kubernetes."""
 
 from __future__ import annotations
 
+import contextlib
 import http.client
 import socket
 import struct
@@ -26,11 +27,34 @@ class Counting(ThreadingHTTPServer):
     def __init__(self, close_after_answer: bool = False) -> None:
         self.connections = 0
         self.close_after_answer = close_after_answer
+        self._open: set[socket.socket] = set()
+        self._lock = threading.Lock()
         super().__init__(("127.0.0.1", 0), Handler)
 
     @property
     def url(self) -> str:
         return f"http://127.0.0.1:{self.server_address[1]}"
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        with self._lock:
+            self._open.add(request)
+        super().process_request(request, client_address)
+
+    def shutdown_request(self, request: Any) -> None:
+        with self._lock:
+            self._open.discard(request)
+        super().shutdown_request(request)
+
+    def stop(self) -> None:
+        """Stop serving, end each connection still open (its handler sees EOF and closes it; the
+        clients' teardown has closed theirs unless a test failed first) and join the handlers."""
+        self.shutdown()
+        with self._lock:
+            still_open = list(self._open)
+        for request in still_open:
+            with contextlib.suppress(OSError):  # closed by its handler meanwhile
+                request.shutdown(socket.SHUT_RDWR)
+        self.server_close()
 
 
 class Handler(BaseHTTPRequestHandler):
@@ -58,15 +82,97 @@ class Handler(BaseHTTPRequestHandler):
 
 @pytest.fixture
 def server() -> Iterator[Counting]:
-    with Counting() as running:
-        thread = threading.Thread(target=running.serve_forever, daemon=True)
-        thread.start()
+    running = Counting()
+    thread = threading.Thread(target=running.serve_forever, daemon=True)
+    thread.start()
+    try:
         yield running
-        running.shutdown()
+    finally:
+        running.stop()
+        thread.join(5)
 
 
-def test_one_connection_carries_request_after_request(server: Counting) -> None:
-    client = KeepAlive(server.url + "/base/")
+@pytest.fixture
+def keepalive() -> Iterator[Callable[..., KeepAlive]]:
+    """Makes KeepAlive clients (its arguments: KeepAlive's), each closed at teardown with every
+    connection it kept, also when the test failed."""
+    made: list[KeepAlive] = []
+
+    def make(base_url: str, **options: Any) -> KeepAlive:
+        client = KeepAlive(base_url, **options)
+        made.append(client)
+        return client
+
+    yield make
+    for client in made:
+        client.close()
+
+
+class Listener:
+    """A listening socket on loopback and the server side a test runs on it in threads. `close`
+    (at teardown) closes the listener and every connection it accepted, which ends those
+    threads, and joins them."""
+
+    def __init__(self) -> None:
+        self.sock = socket.create_server(("127.0.0.1", 0))
+        self.accepted: list[socket.socket] = []
+        self._threads: list[threading.Thread] = []
+        self._lock = threading.Lock()
+        self._closing = False
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.sock.getsockname()[1]}"
+
+    def accept(self) -> socket.socket:
+        """The next connection, kept for `close` (OSError once the listener is closed)."""
+        conn, _ = self.sock.accept()
+        with self._lock:
+            if not self._closing:
+                self.accepted.append(conn)
+                return conn
+        conn.close()
+        raise OSError("the listener is closed")
+
+    def serve(self, target: Callable[[], object]) -> threading.Thread:
+        """Run `target` in a thread, ended by `close` (its OSError then is the end it expects)."""
+
+        def run() -> None:
+            try:
+                target()
+            except OSError:
+                if not self._closing:
+                    raise
+
+        thread = threading.Thread(target=run, daemon=True)
+        self._threads.append(thread)
+        thread.start()
+        return thread
+
+    def close(self) -> None:
+        with self._lock:
+            self._closing = True
+        for sock in (self.sock, *self.accepted):
+            with contextlib.suppress(OSError):  # already closed, or never connected
+                sock.shutdown(socket.SHUT_RDWR)  # wakes a thread blocked on it (close alone does not)
+            sock.close()
+        for thread in self._threads:
+            thread.join(5)
+
+
+@pytest.fixture
+def listener() -> Iterator[Listener]:
+    opened = Listener()
+    try:
+        yield opened
+    finally:
+        opened.close()
+
+
+def test_one_connection_carries_request_after_request(
+    server: Counting, keepalive: Callable[..., KeepAlive]
+) -> None:
+    client = keepalive(server.url + "/base/")
     answers = [client.request("GET", f"/p{i}?q=1", {"X-Test": str(i)}, None) for i in range(20)]
     assert [a.body for a in answers] == [f"/base/p{i}?q=1 {i}".encode() for i in range(20)]
     assert {a.status for a in answers} == {200}
@@ -74,27 +180,29 @@ def test_one_connection_carries_request_after_request(server: Counting) -> None:
     client.close()
 
 
-def test_a_kept_connection_the_server_closed_is_replaced(server: Counting) -> None:
+def test_a_kept_connection_the_server_closed_is_replaced(
+    server: Counting, keepalive: Callable[..., KeepAlive]
+) -> None:
     server.close_after_answer = True
-    client = KeepAlive(server.url)
+    client = keepalive(server.url)
     for i in range(5):
         assert client.request("GET", f"/{i}", {}, None).body == f"/{i} ".encode()
         time.sleep(0.02)  # the server's close reaches us: the next request sees a readable socket
     assert server.connections == 5
 
 
-def serve_each(listener: socket.socket, accepted: list[int], handle: Callable[[socket.socket], None]) -> None:
-    """Accept connections until the listener is closed, counting them, and `handle` each."""
+def serve_each(listener: Listener, handle: Callable[[socket.socket], None]) -> None:
+    """Accept connections until the listener is closed (counted in `listener.accepted`), and
+    `handle` each."""
     while True:
         try:
-            conn, _ = listener.accept()
+            conn = listener.accept()
         except OSError:
             return
-        accepted.append(1)
         handle(conn)
 
 
-def one_answer_per_connection(listener: socket.socket, reset: bool, accepted: list[int]) -> None:
+def one_answer_per_connection(listener: Listener, reset: bool) -> None:
     """Answer one request on each connection, then close it (`reset`: abortively, an RST)."""
 
     def answer_once(conn: socket.socket) -> None:
@@ -104,72 +212,68 @@ def one_answer_per_connection(listener: socket.socket, reset: bool, accepted: li
             conn.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
         conn.close()
 
-    serve_each(listener, accepted, answer_once)
+    serve_each(listener, answer_once)
 
 
 @pytest.mark.parametrize("reset", [False, True], ids=["fin", "rst"])
-def test_an_idle_connection_the_server_closed_is_never_sent_on(reset: bool) -> None:
+def test_an_idle_connection_the_server_closed_is_never_sent_on(
+    reset: bool, listener: Listener, keepalive: Callable[..., KeepAlive]
+) -> None:
     """Found out before reuse, not by sending: with replay off, a request sent on the stale
     socket would fail. A server's close (FIN) and its abortive close (RST) alike."""
-    listener = socket.create_server(("127.0.0.1", 0))
-    accepted: list[int] = []
-    threading.Thread(target=one_answer_per_connection, args=(listener, reset, accepted), daemon=True).start()
-    client = KeepAlive(f"http://127.0.0.1:{listener.getsockname()[1]}", replay=False)
+    listener.serve(lambda: one_answer_per_connection(listener, reset))
+    client = keepalive(listener.url, replay=False)
     for _ in range(3):
         assert client.request("POST", "/", {}, b"{}").body == b"ok"
         time.sleep(0.05)  # the close reaches us while the connection is idle
-    listener.close()
-    assert len(accepted) == 3
+    assert len(listener.accepted) == 3
 
 
-def test_a_request_the_server_never_reads_is_a_timeout() -> None:
+def test_a_request_the_server_never_reads_is_a_timeout(
+    listener: Listener, keepalive: Callable[..., KeepAlive]
+) -> None:
     """The send side is bounded too: a server that stops reading cannot hold a sender."""
-    listener = socket.create_server(("127.0.0.1", 0))
-    held: list[socket.socket] = []
-    threading.Thread(target=lambda: held.append(listener.accept()[0]), daemon=True).start()
-    client = KeepAlive(f"http://127.0.0.1:{listener.getsockname()[1]}", read_timeout=0.3)
+    listener.serve(listener.accept)  # held open, never read, until teardown
+    client = keepalive(listener.url, read_timeout=0.3)
     started = time.monotonic()
     with pytest.raises(TransportTimeout):
         client.request("POST", "/", {}, b"x" * (64 << 20))  # more than the kernel's buffers hold
     assert time.monotonic() - started < 5
-    listener.close()
 
 
-def test_a_round_trip_after_an_exchange_has_its_own_bound() -> None:
+def test_a_round_trip_after_an_exchange_has_its_own_bound(
+    listener: Listener, keepalive: Callable[..., KeepAlive]
+) -> None:
     """An exchange bounds each call by what is left of its deadline; the next round trip on the
     same connection is bounded by its own timeout again, not by that remainder."""
-    listener = socket.create_server(("127.0.0.1", 0))
-    accepted: list[int] = []
 
     def serve() -> None:
-        conn, _ = listener.accept()
-        accepted.append(1)
+        conn = listener.accept()
         with conn:
             for delay in (0.0, 0.6):
                 conn.recv(65536)
                 time.sleep(delay)
                 conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
 
-    threading.Thread(target=serve, daemon=True).start()
-    client = KeepAlive(f"http://127.0.0.1:{listener.getsockname()[1]}", read_timeout=5)
+    listener.serve(serve)
+    client = keepalive(listener.url, read_timeout=5)
     deadline = Deadline(time.monotonic() + 0.3, time.monotonic)
     with client.exchange("GET", "/", {}, None, deadline) as answer:
         assert answer.read(16) == b"ok"
     assert client.request("GET", "/", {}, None).body == b"ok"  # answered 0.6 s later: within 5 s
-    assert accepted == [1]  # on the connection the exchange kept
-    listener.close()
+    assert len(listener.accepted) == 1  # on the connection the exchange kept
 
 
-def test_a_connection_closed_right_under_the_request_is_retried_once() -> None:
+def test_a_connection_closed_right_under_the_request_is_retried_once(
+    listener: Listener, keepalive: Callable[..., KeepAlive]
+) -> None:
     """The close races the next request (nothing readable yet when it is sent): one retry on a
     new connection, and the caller never sees the stale socket."""
-    listener = socket.create_server(("127.0.0.1", 0))
-    port = listener.getsockname()[1]
     answered = []
 
     def serve() -> None:
         for index in range(3):
-            conn, _ = listener.accept()
+            conn = listener.accept()
             conn.recv(65536)
             if index == 0:
                 conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
@@ -181,56 +285,52 @@ def test_a_connection_closed_right_under_the_request_is_retried_once() -> None:
                 conn.close()
                 return
 
-    thread = threading.Thread(target=serve, daemon=True)
-    thread.start()
-    client = KeepAlive(f"http://127.0.0.1:{port}")
+    thread = listener.serve(serve)
+    client = keepalive(listener.url)
     assert client.request("GET", "/", {}, None).body == b"ok"
     assert client.request("GET", "/", {}, None).body == b"again"
     thread.join(5)
     assert answered == [1]
-    listener.close()
 
 
-def test_a_new_connection_that_fails_is_a_transport_error_not_a_retry_loop() -> None:
-    listener = socket.create_server(("127.0.0.1", 0))
-    port = listener.getsockname()[1]
-    accepted: list[int] = []
-    threading.Thread(target=serve_each, args=(listener, accepted, socket.socket.close), daemon=True).start()
+def test_a_new_connection_that_fails_is_a_transport_error_not_a_retry_loop(
+    listener: Listener, keepalive: Callable[..., KeepAlive]
+) -> None:
+    listener.serve(lambda: serve_each(listener, socket.socket.close))
     with pytest.raises(TransportError):
-        KeepAlive(f"http://127.0.0.1:{port}").request("GET", "/", {}, None)
-    listener.close()
-    assert len(accepted) == 1
+        keepalive(listener.url).request("GET", "/", {}, None)
+    assert len(listener.accepted) == 1
 
 
-def test_nobody_listening_is_a_transport_error() -> None:
+def test_nobody_listening_is_a_transport_error(keepalive: Callable[..., KeepAlive]) -> None:
     with socket.create_server(("127.0.0.1", 0)) as probe:
         port = probe.getsockname()[1]
     with pytest.raises(TransportError):
-        KeepAlive(f"http://127.0.0.1:{port}").request("GET", "/", {}, None)
+        keepalive(f"http://127.0.0.1:{port}").request("GET", "/", {}, None)
 
 
 @pytest.fixture
-def silent() -> Iterator[str]:
-    """The address of a server that accepts a connection and never answers on it."""
-    listener = socket.create_server(("127.0.0.1", 0))
-    held: list[socket.socket] = []
-    threading.Thread(target=lambda: held.append(listener.accept()[0]), daemon=True).start()
-    yield f"http://127.0.0.1:{listener.getsockname()[1]}"
-    listener.close()
+def silent(listener: Listener) -> str:
+    """The address of a server that accepts a connection and never answers on it (closed, with
+    the listener, at teardown)."""
+    listener.serve(listener.accept)
+    return listener.url
 
 
-def test_an_answer_that_never_comes_is_a_timeout(silent: str) -> None:
-    client = KeepAlive(silent, read_timeout=0.3)
+def test_an_answer_that_never_comes_is_a_timeout(silent: str, keepalive: Callable[..., KeepAlive]) -> None:
+    client = keepalive(silent, read_timeout=0.3)
     started = time.monotonic()
     with pytest.raises(TransportTimeout):
         client.request("GET", "/", {}, None)
     assert time.monotonic() - started < 5
 
 
-def test_a_request_can_bound_itself_tighter_than_the_client(silent: str) -> None:
+def test_a_request_can_bound_itself_tighter_than_the_client(
+    silent: str, keepalive: Callable[..., KeepAlive]
+) -> None:
     """ingest gives each attempt what is left of its deadline: that bound holds, though the
     client's own timeout is far longer."""
-    client = KeepAlive(silent, read_timeout=30)
+    client = keepalive(silent, read_timeout=30)
     started = time.monotonic()
     with pytest.raises(TransportTimeout):
         client.request("POST", "/", {}, b"{}", timeout=0.2)
