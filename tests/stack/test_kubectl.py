@@ -65,23 +65,38 @@ def namespace(stack: Stack) -> str:
 @pytest.fixture
 def watch(kubeconfig: Path, namespace: str) -> Iterator[queue.Queue[str]]:
     """`kubectl get lora -n NS -w`: its lines as they come."""
-    process = subprocess.Popen(
+    lines: queue.Queue[str] = queue.Queue()
+    with subprocess.Popen(  # its exit closes the stdout pipe (after the reader below is done)
         [kubectl_binary(), "--kubeconfig", str(kubeconfig), "get", "lora", "-n", namespace, "-w"],
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,
         text=True,
-    )
-    lines: queue.Queue[str] = queue.Queue()
+    ) as process:
+        reader = threading.Thread(target=pump, args=(process, lines), daemon=True)
+        reader.start()
+        try:
+            yield lines
+        finally:
+            end(process, reader)
 
-    def pump() -> None:
-        assert process.stdout is not None
-        for line in process.stdout:
-            lines.put(line.rstrip("\n"))
 
-    threading.Thread(target=pump, daemon=True).start()
-    yield lines
+def pump(process: subprocess.Popen[str], lines: queue.Queue[str]) -> None:
+    """Each line `process` writes to its stdout, into `lines`, until it exits."""
+    assert process.stdout is not None
+    for line in process.stdout:
+        lines.put(line.rstrip("\n"))
+
+
+def end(process: subprocess.Popen[str], reader: threading.Thread) -> None:
+    """Stop `process` (SIGTERM, SIGKILL after 10 s) and wait for `reader` to see its stdout's
+    end, so that the pipe is closed with nobody reading it."""
     process.terminate()
-    process.wait(10)
+    try:
+        process.wait(10)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait(10)
+    reader.join(10)
 
 
 def rows(table: str) -> list[dict[str, str]]:

@@ -33,16 +33,27 @@ def _alive(pid: int) -> bool:
 
 
 def test_a_child_ignoring_its_stop_signal_is_killed_with_its_worker() -> None:
+    launched: list[subprocess.Popen[bytes]] = []
+
+    def launch() -> subprocess.Popen[bytes]:
+        process = subprocess.Popen([sys.executable, "-c", STUBBORN], stdout=subprocess.PIPE)
+        launched.append(process)
+        return process
+
     supervisor = Supervisor()
-    child = supervisor.add(
-        "stubborn", lambda: subprocess.Popen([sys.executable, "-c", STUBBORN], stdout=subprocess.PIPE)
-    )
-    assert child.process is not None and child.process.stdout is not None
-    assert child.process.stdout.readline() == b"ready\n"
-    main = child.process.pid
-    worker = int(Path(f"/proc/{main}/task/{main}/children").read_text().split()[0])
-    started = time.monotonic()
-    supervisor.stop(grace=0.5)
-    assert time.monotonic() - started < 10
-    assert not _alive(main)
-    eventually(lambda: not _alive(worker), timeout=5, what="the worker gone")
+    try:
+        child = supervisor.add("stubborn", launch)
+        assert child.process is not None and child.process.stdout is not None
+        assert child.process.stdout.readline() == b"ready\n"
+        main = child.process.pid
+        worker = int(Path(f"/proc/{main}/task/{main}/children").read_text().split()[0])
+        started = time.monotonic()
+        supervisor.stop(grace=0.5)
+        assert time.monotonic() - started < 10
+        assert not _alive(main)
+        eventually(lambda: not _alive(worker), timeout=5, what="the worker gone")
+    finally:
+        supervisor.stop(grace=0.5)  # nothing left to stop once the test has stopped it
+        for process in launched:  # stopped and reaped by the supervisor: only the pipes are left
+            assert process.stdout is not None
+            process.stdout.close()
