@@ -37,7 +37,7 @@ import ssl
 import struct
 import sys
 import threading
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
 from urllib.parse import urlsplit
@@ -225,16 +225,18 @@ class KeepAlive:
     ) -> Answer:
         """One round trip; `target` is the path and query under the base URL; `timeout` bounds
         each socket operation of this one (default: the read timeout)."""
+        # built before a connection is taken: a header it refuses (ValueError) leaves none behind
+        request = wire.request_bytes(method, self._prefix + target or "/", self._authority, headers, body)
         connection, reused = self._take()
         try:
             try:
-                answer = self._round_trip(connection, method, target, headers, body, timeout)
+                answer = self._round_trip(connection, method, request, timeout)
             except STALE:
                 if not (reused and self._replay):
                     raise
                 connection.close()  # the server closed it while it was idle: once more, anew
                 connection = self._new()
-                answer = self._round_trip(connection, method, target, headers, body, timeout)
+                answer = self._round_trip(connection, method, request, timeout)
         except (OSError, http.client.HTTPException) as err:
             connection.close()
             raise failure(method, target, err) from err
@@ -253,15 +255,18 @@ class KeepAlive:
         """One round trip ending by `deadline`: the answer with its status and headers read, for
         the caller to read the body from (each receive bounded by what is left). The connection
         is kept for the next one only when the body was read to its end inside the block."""
+        whole, pieces = (body, ()) if isinstance(body, bytes | None) else (None, body)
+        # built before a connection is taken: a header it refuses (ValueError) leaves none behind
+        request = wire.request_bytes(method, self._prefix + target or "/", self._authority, headers, whole)
         connection, reused = self._take()
         try:
             try:
-                sent = self._send_within(connection, method, target, headers, body, deadline)
+                sent = self._send_within(connection, method, request, pieces, deadline)
             except (OSError, http.client.HTTPException) as err:
                 if not (reused and may_send_again(method, connection.written, err)):
                     raise
                 connection = self._new()  # the kept one failed under it: once more, anew
-                sent = self._send_within(connection, method, target, headers, body, deadline)
+                sent = self._send_within(connection, method, request, pieces, deadline)
         except (OSError, http.client.HTTPException) as err:
             raise failure(method, target, err) from err
         head, content = sent
@@ -289,13 +294,10 @@ class KeepAlive:
         self,
         connection: _Connection,
         method: str,
-        target: str,
-        headers: Mapping[str, str],
-        body: Body,
+        request: bytes,
+        pieces: Iterable[bytes],
         deadline: Deadline,
     ) -> tuple[wire.Head, wire.Body]:
-        whole, pieces = (body, ()) if isinstance(body, bytes | None) else (None, body)
-        head = wire.request_bytes(method, self._prefix + target or "/", self._authority, headers, whole)
         connection.written = 0
         try:
             if connection.sock is None:
@@ -303,7 +305,7 @@ class KeepAlive:
                 connection.connect()
             connection.per_call(None)  # each call below is bounded by what is left of the deadline
             sock = connection.sock
-            _send_counted(connection, sock, head, deadline)
+            _send_counted(connection, sock, request, deadline)
             for piece in pieces:  # a streamed body: its length is in the caller's headers
                 _send_counted(connection, sock, piece, deadline)
             answer = io.BufferedReader(_Receiver(sock, deadline), RECEIVE_BYTES)
@@ -321,15 +323,12 @@ class KeepAlive:
         self,
         connection: _Connection,
         method: str,
-        target: str,
-        headers: Mapping[str, str],
-        body: bytes | None,
+        request: bytes,
         timeout: float | None,
     ) -> Answer:
         connection.bound(timeout)
         if connection.sock is None:
             connection.connect()
-        request = wire.request_bytes(method, self._prefix + target or "/", self._authority, headers, body)
         _send_all(connection.sock, request)
         with io.BufferedReader(_Receiver(connection.sock), RECEIVE_BYTES) as answer:
             head, content = wire.read_answer(answer, method)

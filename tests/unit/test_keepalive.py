@@ -180,6 +180,22 @@ def test_one_connection_carries_request_after_request(
     client.close()
 
 
+def test_a_header_the_wire_refuses_takes_no_connection_and_keeps_the_kept_one(
+    server: Counting, keepalive: Callable[..., KeepAlive]
+) -> None:
+    """A header that would split the request (a newline in its value) is a ValueError before
+    any connection is taken: the kept one stays kept, for request and exchange alike."""
+    client = keepalive(server.url)
+    assert client.request("GET", "/a", {}, None).status == 200
+    with pytest.raises(ValueError):
+        client.request("GET", "/b", {"X-Test": "x\r\nInjected: 1"}, None)
+    deadline = Deadline(time.monotonic() + 5, time.monotonic)
+    with pytest.raises(ValueError), client.exchange("GET", "/c", {"X-Test": "x\ny"}, None, deadline):
+        pass
+    assert client.request("GET", "/d", {}, None).body == b"/d "
+    assert server.connections == 1
+
+
 def test_a_kept_connection_the_server_closed_is_replaced(
     server: Counting, keepalive: Callable[..., KeepAlive]
 ) -> None:

@@ -167,12 +167,13 @@ def damage_adapter(snapshot: drift.Snapshot, name: str, how: str) -> None:
     elif how == "residency-lost":  # the write after a load that moved the pod across its capacity
         flip = {"resident": "reloadable", "reloadable": "resident"}
         status["served"] = [
-            {**r, "residency": flip[r["residency"]]} if "residency" in r else r
+            {**r, "residency": flip[r["residency"]]} if isinstance(r, dict) and "residency" in r else r
             for r in status.get("served", [])
         ]
     elif how == "residency-missing":
         status["served"] = [
-            {k: v for k, v in r.items() if k != "residency"} for r in status.get("served", [])
+            {k: v for k, v in r.items() if k != "residency"} if isinstance(r, dict) else r
+            for r in status.get("served", [])
         ]
 
 
