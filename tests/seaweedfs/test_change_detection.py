@@ -15,11 +15,10 @@ from collections.abc import Iterator
 from datetime import UTC, datetime
 from typing import Any
 
-import boto3
 import httpx
 import pytest
 
-from devstack.seaweedfs import Shared, shared
+from devstack.seaweedfs import Shared
 from functions import stat, verify
 from functions.adapters.storage import FilerStorage, S3Storage, quote_path
 from functions.logic import facts
@@ -32,11 +31,6 @@ NOW = datetime(2026, 12, 1, tzinfo=UTC)
 
 def md5(content: bytes) -> str:
     return hashlib.md5(content, usedforsecurity=False).hexdigest()
-
-
-@pytest.fixture(scope="module")
-def seaweed() -> Shared:
-    return shared()
 
 
 @pytest.fixture
@@ -80,9 +74,9 @@ def rejudged(adapter: LoRAAdapter, listing: list[StoredFile], hash_of: Any) -> L
     return after_stat.model_copy(update={"status": verify.decide(after_stat, hashed, NOW)})
 
 
-def test_a_rename_over_a_file_of_the_same_size_is_verified_again(seaweed: Shared, directory: str) -> None:
-    filer = FilerClient(seaweed.server.url)
-    storage = FilerStorage(seaweed.server.url, page_size=1000)
+def test_a_rename_over_a_file_of_the_same_size_is_verified_again(
+    directory: str, filer: FilerClient, storage: FilerStorage
+) -> None:
     weights = directory + "adapter_model.safetensors"
     good, bad = secrets.token_bytes(4096), secrets.token_bytes(4096)
     filer.write_without_md5(weights, good)
@@ -106,10 +100,10 @@ def test_a_rename_over_a_file_of_the_same_size_is_verified_again(seaweed: Shared
     assert after.status is not None and after.status.file_set is None
 
 
-def test_an_append_that_keeps_no_md5_changes_the_version(seaweed: Shared, directory: str) -> None:
+def test_an_append_that_keeps_no_md5_changes_the_version(
+    directory: str, filer: FilerClient, storage: FilerStorage
+) -> None:
     """Appends: each stores a new chunk, so the version moves even before the size tells."""
-    filer = FilerClient(seaweed.server.url)
-    storage = FilerStorage(seaweed.server.url, page_size=1000)
     path = directory + "w.bin"
     filer.write_without_md5(path, b"abcdefgh")
     (before,) = storage.stat_dir(directory)
@@ -120,9 +114,11 @@ def test_an_append_that_keeps_no_md5_changes_the_version(seaweed: Shared, direct
     assert again.version == after.version  # listing twice is no change
 
 
-def test_a_file_with_an_md5_records_no_version(seaweed: Shared, directory: str) -> None:
-    FilerClient(seaweed.server.url).put_file(directory + "c.json", b"{}")
-    (listed,) = FilerStorage(seaweed.server.url, page_size=1000).stat_dir(directory)
+def test_a_file_with_an_md5_records_no_version(
+    directory: str, filer: FilerClient, storage: FilerStorage
+) -> None:
+    filer.put_file(directory + "c.json", b"{}")
+    (listed,) = storage.stat_dir(directory)
     assert (listed.md5, listed.version) == (md5(b"{}"), None)
 
 
@@ -137,14 +133,7 @@ def multipart(s3: Any, bucket: str, key: str, content: bytes, part: int = 5 << 2
     return str(s3.head_object(Bucket=bucket, Key=key)["ETag"])
 
 
-def test_a_second_multipart_upload_of_the_same_size_is_verified_again(seaweed: Shared) -> None:
-    s3 = boto3.client(
-        "s3",
-        endpoint_url=seaweed.server.s3_url,
-        region_name="us-east-1",
-        aws_access_key_id="any",
-        aws_secret_access_key="any",
-    )
+def test_a_second_multipart_upload_of_the_same_size_is_verified_again(s3: Any) -> None:
     bucket = f"cd-{secrets.token_hex(4)}"
     s3.create_bucket(Bucket=bucket)
     storage = S3Storage(s3, bucket)

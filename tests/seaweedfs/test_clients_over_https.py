@@ -8,13 +8,14 @@ from __future__ import annotations
 import hashlib
 import secrets
 from collections.abc import Iterator
+from contextlib import closing
 
 import pytest
 from cloudevents.http import CloudEvent
 
 from devstack.eventing.sink import EventSink
 from devstack.kubernetes.pki import Certificate, issue
-from devstack.seaweedfs import FaultProxy, Shared, shared
+from devstack.seaweedfs import FaultProxy, Shared
 from functions.adapters.broker import Broker
 from functions.adapters.storage import FilerStorage
 from functions.errors import Retryable, StorageUnavailable
@@ -47,11 +48,6 @@ def trusted(tls: Certificate, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("SSL_CERT_FILE", str(tls.ca_file))
 
 
-@pytest.fixture(scope="module")
-def seaweed() -> Shared:
-    return shared()
-
-
 @pytest.fixture
 def filer(seaweed: Shared, tls: Certificate) -> Iterator[str]:
     front = TlsFront(seaweed.server.url, tls).start()
@@ -65,11 +61,9 @@ def test_the_filer_client_lists_hashes_reads_copies_and_deletes_over_https(
     assert filer.startswith("https://")
     directory = f"/loraadapters/tls-{secrets.token_hex(3)}/m/a"
     weights = secrets.token_bytes(3 << 20)
-    plain = FilerClient(seaweed.server.url)
-    plain.put_file(f"{directory}/adapter_model.safetensors", weights)
-    plain.put_file(f"{directory}/adapter_config.json", b'{"r": 8}')
-    storage = FilerStorage(filer, page_size=2)
-    try:
+    with FilerClient(seaweed.server.url) as plain, closing(FilerStorage(filer, page_size=2)) as storage:
+        plain.put_file(f"{directory}/adapter_model.safetensors", weights)
+        plain.put_file(f"{directory}/adapter_config.json", b'{"r": 8}')
         listed = storage.stat_dir(directory)
         assert [(f.path.rsplit("/", 1)[1], f.size) for f in listed] == [
             ("adapter_config.json", 8),
@@ -84,15 +78,14 @@ def test_the_filer_client_lists_hashes_reads_copies_and_deletes_over_https(
         storage.delete_tree(directory)
         assert storage.stat_dir(directory) == []
         storage.delete_tree(copied.rsplit("/", 1)[0])
-    finally:
-        storage.close()
 
 
 def test_a_filer_whose_certificate_the_process_does_not_trust_is_unavailable(filer: str) -> None:
-    storage = FilerStorage(filer, page_size=10)
-    with pytest.raises(StorageUnavailable, match="CERTIFICATE_VERIFY_FAILED"):
+    with (
+        closing(FilerStorage(filer, page_size=10)) as storage,
+        pytest.raises(StorageUnavailable, match="CERTIFICATE_VERIFY_FAILED"),
+    ):
         storage.stat_dir("/loraadapters/")
-    storage.close()
 
 
 def test_the_broker_client_publishes_over_https(tls: Certificate, trusted: None) -> None:

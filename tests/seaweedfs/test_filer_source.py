@@ -35,7 +35,7 @@ from cloudevents.http import CloudEvent
 
 from devstack.eventing.sink import EventSink
 from devstack.kubernetes import Kube
-from devstack.seaweedfs import FaultProxy, SeaweedServer, Shared, shared, weed_binary
+from devstack.seaweedfs import FaultProxy, SeaweedServer, Shared, weed_binary
 from events.domain import FILE_CHANGED
 from events.external import PING
 from functions.adapters.filer_log import FilerLog, grpc_target, iterate
@@ -57,11 +57,6 @@ class Broker:
     @property
     def url(self) -> str:
         return self.proxy.url + "/"
-
-
-@pytest.fixture(scope="module")
-def seaweed() -> Shared:
-    return shared()
 
 
 @pytest.fixture(scope="module")
@@ -139,7 +134,7 @@ def started(rig: SourceRig) -> SourceRig:
 
 # -- on the shared filer --------------------------------------------------------------------------
 def test_a_first_start_nudges_a_full_resync_then_follows(
-    rig: SourceRig, broker: Broker, directory: str
+    rig: SourceRig, broker: Broker, directory: str, filer: FilerClient
 ) -> None:
     started(rig)
     (line,) = rig.logged(GAP)
@@ -147,7 +142,7 @@ def test_a_first_start_nudges_a_full_resync_then_follows(
     (tick,) = broker.sink.wait_for(PING)
     assert tick["source"] == "/loraflow/filer-source"
     assert data(tick)["full"] is True and "no cursor yet" in data(tick)["reason"]
-    FilerClient(rig.seaweed.url).put_file(f"{directory}/adapter_config.json", b"{}")
+    filer.put_file(f"{directory}/adapter_config.json", b"{}")
     (event,) = eventually(lambda: changes(broker.sink, directory), what="the change at the Broker")
     assert event["source"] == "/loraflow/filer-source"
     assert data(event) == {
@@ -161,9 +156,8 @@ def test_a_first_start_nudges_a_full_resync_then_follows(
 
 
 def test_a_killed_source_resumes_at_its_cursor_and_every_change_arrives_in_order(
-    rig: SourceRig, broker: Broker, directory: str
+    rig: SourceRig, broker: Broker, directory: str, filer: FilerClient
 ) -> None:
-    filer = FilerClient(rig.seaweed.url)
     started(rig)
     filer.put_file(f"{directory}/a.bin", b"a1")
     filer.put_file(f"{directory}/b.bin", b"b1")
@@ -188,9 +182,8 @@ def test_a_killed_source_resumes_at_its_cursor_and_every_change_arrives_in_order
 
 
 def test_the_broker_down_for_a_while_loses_nothing_and_holds_the_cursor(
-    rig: SourceRig, broker: Broker, directory: str
+    rig: SourceRig, broker: Broker, directory: str, filer: FilerClient
 ) -> None:
-    filer = FilerClient(rig.seaweed.url)
     started(rig)
     broker.sink.wait_for(PING)
     broker.proxy.inject(503, times=None)
@@ -223,11 +216,10 @@ def test_the_broker_down_for_a_while_loses_nothing_and_holds_the_cursor(
 
 
 def test_an_event_it_refuses_is_logged_with_its_ts_and_skipped(
-    rig: SourceRig, broker: Broker, directory: str
+    rig: SourceRig, broker: Broker, directory: str, filer: FilerClient
 ) -> None:
     """A name with percent-encoded dots is a real file to the filer and never ours (ingest refuses
     it too): the source says which log entry it skipped and goes on."""
-    filer = FilerClient(rig.seaweed.url)
     started(rig)
     filer.put_file(f"{directory}/x%2e%2e", b"sneaky")
     filer.put_file(f"{directory}/good.bin", b"fine")
@@ -255,14 +247,14 @@ def test_a_cursor_older_than_the_retained_log_asks_for_a_full_resync(
     own: list[SeaweedServer], kube: Kube, broker: Broker, tmp_path: Path
 ) -> None:
     server = own[-1]
-    FilerClient(server.url).put_file("/loraadapters/ns/m/old/x.bin", b"x")
+    with FilerClient(server.url) as filer:
+        filer.put_file("/loraadapters/ns/m/old/x.bin", b"x")
     # A graceful stop flushes the log to its files (else once a minute). It waits up to ~15 s on
     # the filer's own aggregator, which subscribes to the filer itself (seaweedfs/server.py).
     server.halt(grace=25)
     server.start()
-    log = filer_log(server)
-    begins, signature = log.log_begins_ns(), log.configuration().signature
-    log.close()
+    with contextlib.closing(filer_log(server)) as log:
+        begins, signature = log.log_begins_ns(), log.configuration().signature
     assert begins is not None, "a graceful stop writes the log's files"
     rig = rig_for(server, kube, broker, tmp_path)
     try:
@@ -289,11 +281,11 @@ def test_a_filer_restart_is_followed_by_itself(
     rig = rig_for(server, kube, broker, tmp_path)
     try:
         started(rig)
-        filer = FilerClient(server.url)
-        filer.put_file("/loraadapters/ns/m/r/before.bin", b"1")
-        eventually(lambda: changes(broker.sink, "/loraadapters/ns/m/r"), what="the change before")
-        server.restart()
-        filer.put_file("/loraadapters/ns/m/r/after.bin", b"2")
+        with FilerClient(server.url) as filer:
+            filer.put_file("/loraadapters/ns/m/r/before.bin", b"1")
+            eventually(lambda: changes(broker.sink, "/loraadapters/ns/m/r"), what="the change before")
+            server.restart()
+            filer.put_file("/loraadapters/ns/m/r/after.bin", b"2")
         eventually(lambda: len(changes(broker.sink, "/loraadapters/ns/m/r")) >= 2, what="the change after")
         assert rig.logged("subscription to the filer's metadata log ended")
         assert len(rig.logged(FOLLOWING)) >= 2 and len(rig.logged(GAP)) == 1
@@ -322,7 +314,8 @@ def test_a_filer_that_lost_its_log_asks_for_a_full_resync(
         assert str(before.signature) in lines[1]["msg"]
         ticks = broker.sink.wait_for(PING, count=2)
         assert "signature" in data(ticks[-1])["reason"]
-        FilerClient(fresh.url).put_file("/loraadapters/ns/m/new/y.bin", b"y")
+        with FilerClient(fresh.url) as filer:
+            filer.put_file("/loraadapters/ns/m/new/y.bin", b"y")
         eventually(lambda: changes(broker.sink, "/loraadapters/ns/m/new"), what="a change on the new filer")
     finally:
         rig.stop()
@@ -354,21 +347,20 @@ def _skip_space(text: str, at: int) -> int:
 
 def ours(server: SeaweedServer, prefix: str, since_ns: int, seconds: float = 3.0) -> list[Any]:
     """The same log through functions/proto, as the source reads it."""
-    log = filer_log(server)
-    call = log.subscribe("loraflow-test", 7, since_ns, (prefix,))
     got: list[Any] = []
+    with contextlib.closing(filer_log(server)) as log:
+        call = log.subscribe("loraflow-test", 7, since_ns, (prefix,))
 
-    def read() -> None:
-        with contextlib.suppress(grpc.RpcError):
-            for raw in iterate(call):
-                got.append(log.decode(raw))
+        def read() -> None:
+            with contextlib.suppress(grpc.RpcError):
+                for raw in iterate(call):
+                    got.append(log.decode(raw))
 
-    reader = threading.Thread(target=read, daemon=True)
-    reader.start()
-    time.sleep(seconds)
-    call.cancel()
-    reader.join(5)
-    log.close()
+        reader = threading.Thread(target=read, daemon=True)
+        reader.start()
+        time.sleep(seconds)
+        call.cancel()
+        reader.join(5)
     return [r for r in got if r.HasField("event_notification")]
 
 
@@ -397,12 +389,13 @@ def entry_of(doc: dict[str, Any] | None) -> dict[str, Any] | None:
     }
 
 
-def test_our_messages_read_the_real_filers_bytes_as_weed_itself_does(seaweed: Shared, directory: str) -> None:
+def test_our_messages_read_the_real_filers_bytes_as_weed_itself_does(
+    seaweed: Shared, directory: str, filer: FilerClient
+) -> None:
     """Every field filer.proto declares, decoded from the real log, equals what `weed` (compiled
     from upstream's filer.proto) prints for the same entry: the numbers and types agree."""
     server = seaweed.server
     since = time.time_ns()
-    filer = FilerClient(server.url)
     filer.put_file(f"{directory}/adapter_config.json", b'{"r": 8}')
     filer.write_without_md5(f"{directory}/appended.bin", b"two appends")
     filer.move(f"{directory}/adapter_config.json", f"{directory}/renamed.json")

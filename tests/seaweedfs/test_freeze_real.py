@@ -15,11 +15,10 @@ from collections.abc import Iterator
 from datetime import UTC, datetime
 from typing import Any
 
-import boto3
 import httpx
 import pytest
 
-from devstack.seaweedfs import MOUNT_ROOT, Shared, shared
+from devstack.seaweedfs import MOUNT_ROOT, Shared
 from devstack.standins.engines import EngineFleet, VllmReplica
 from functions.adapters.storage import FilerStorage, S3Storage, quote_path
 from functions.freeze import Refusal, freeze
@@ -33,11 +32,6 @@ CONFIG = b'{"peft_type": "LORA", "r": 8}'
 
 def md5(content: bytes) -> str:
     return hashlib.md5(content, usedforsecurity=False).hexdigest()
-
-
-@pytest.fixture(scope="module")
-def seaweed() -> Shared:
-    return shared()
 
 
 @pytest.fixture
@@ -56,11 +50,9 @@ def frozen_on(
 
 
 def test_a_verified_set_is_frozen_by_its_digest_and_checked_by_the_filer(
-    seaweed: Shared, names: tuple[str, str]
+    names: tuple[str, str], filer: FilerClient, storage: FilerStorage
 ) -> None:
     namespace, upload = names
-    filer = FilerClient(seaweed.server.url)
-    storage = FilerStorage(seaweed.server.url, page_size=1000)
     weights = secrets.token_bytes((9 << 20) + 5)  # three 4 MiB chunks
     filer.put_file(upload + "adapter_config.json", CONFIG)
     filer.write_without_md5(upload + "adapter_model.safetensors", weights)  # the harder case
@@ -84,13 +76,11 @@ def test_a_verified_set_is_frozen_by_its_digest_and_checked_by_the_filer(
 
 
 def test_the_filer_refuses_a_copy_whose_bytes_are_not_the_declared_ones(
-    seaweed: Shared, names: tuple[str, str]
+    names: tuple[str, str], filer: FilerClient, storage: FilerStorage
 ) -> None:
     """The upload replaced (same size) between verification and the copy: the filer's
     Content-MD5 check refuses the copy, nothing is stored, and the set is never Ready."""
     namespace, upload = names
-    filer = FilerClient(seaweed.server.url)
-    storage = FilerStorage(seaweed.server.url, page_size=1000)
     verified, replaced = secrets.token_bytes(4096), secrets.token_bytes(4096)
     filer.put_file(upload + "adapter_model.safetensors", replaced)
     target = f"/loraflow-frozen/{namespace}/m/a/0123456789abcdef/adapter_model.safetensors"
@@ -102,13 +92,11 @@ def test_the_filer_refuses_a_copy_whose_bytes_are_not_the_declared_ones(
 
 
 def test_files_planted_in_the_frozen_directory_are_thrown_away(
-    seaweed: Shared, names: tuple[str, str]
+    names: tuple[str, str], filer: FilerClient, storage: FilerStorage
 ) -> None:
     """Someone writes where the set will be frozen before loraflow does (its name is the digest
     of declared MD5s, which anyone can compute): freeze starts again from an empty directory."""
     namespace, upload = names
-    filer = FilerClient(seaweed.server.url)
-    storage = FilerStorage(seaweed.server.url, page_size=1000)
     weights = secrets.token_bytes(4096)
     filer.put_file(upload + "adapter_model.safetensors", weights)
     declared = {upload + "adapter_model.safetensors": md5(weights)}
@@ -121,14 +109,7 @@ def test_files_planted_in_the_frozen_directory_are_thrown_away(
     assert filer.read(directory + "adapter_model.safetensors") == weights
 
 
-def test_an_s3_set_is_copied_server_side_and_its_copy_hashed(seaweed: Shared) -> None:
-    s3 = boto3.client(
-        "s3",
-        endpoint_url=seaweed.server.s3_url,
-        region_name="us-east-1",
-        aws_access_key_id="any",
-        aws_secret_access_key="any",
-    )
+def test_an_s3_set_is_copied_server_side_and_its_copy_hashed(s3: Any) -> None:
     bucket = f"fz-{secrets.token_hex(4)}"
     s3.create_bucket(Bucket=bucket)
     storage = S3Storage(s3, bucket)
@@ -161,15 +142,13 @@ def test_an_s3_set_is_copied_server_side_and_its_copy_hashed(seaweed: Shared) ->
 
 
 def test_an_evicted_adapter_is_read_again_from_the_frozen_copy(
-    seaweed: Shared, names: tuple[str, str]
+    seaweed: Shared, names: tuple[str, str], filer: FilerClient, storage: FilerStorage
 ) -> None:
     """vLLM keeps `--max-cpu-loras` adapters in memory and re-reads an evicted one from its
     lora_path when a request names it. Loaded from the frozen copy, a tenant overwriting the
     upload in place changes nothing that is served; loaded from the upload (before freezing),
     the same overwrite is what the next request gets."""
     namespace, upload = names
-    filer = FilerClient(seaweed.server.url)
-    storage = FilerStorage(seaweed.server.url, page_size=1000)
     weights, tampered = secrets.token_bytes(8192), secrets.token_bytes(8192)
     filer.put_file(upload + "adapter_config.json", CONFIG)
     filer.put_file(upload + "adapter_model.safetensors", weights)

@@ -16,12 +16,11 @@ from collections.abc import Iterator
 from datetime import UTC, datetime
 from typing import Any
 
-import boto3
 import httpx
 import pytest
 from cloudevents.http import CloudEvent
 
-from devstack.seaweedfs import Shared, shared
+from devstack.seaweedfs import Shared
 from events.domain import ADAPTER_ADMITTED, ADAPTER_READY, ADAPTER_STAT_COMPLETED
 from functions import load, stat, unload, verify
 from functions.adapters.storage import FilerStorage, quote_path
@@ -40,18 +39,13 @@ def md5(content: bytes) -> str:
     return hashlib.md5(content, usedforsecurity=False).hexdigest()
 
 
-@pytest.fixture(scope="module")
-def seaweed() -> Shared:
-    return shared()
-
-
 class Adapter:
     """One adapter whose files are in the real filer, run through stat -> verify -> load."""
 
-    def __init__(self, seaweed: Shared) -> None:
+    def __init__(self, filer: FilerClient, storage: FilerStorage) -> None:
         self.ns = f"hz-{secrets.token_hex(3)}"
         self.upload = f"/loraadapters/{self.ns}/m1/a1/"
-        self.filer = FilerClient(seaweed.server.url)
+        self.filer = filer
         self.weights = secrets.token_bytes(6 << 20)
         self.filer.put_file(self.upload + "adapter_config.json", CONFIG)
         self.filer.write_without_md5(self.upload + "adapter_model.safetensors", self.weights)
@@ -75,7 +69,6 @@ class Adapter:
             "status": {"observedGeneration": 1, "storageRef": {"path": self.upload}},
         }
         self.kube = FakeKube(obj, md, self.pod)
-        storage = FilerStorage(seaweed.server.url, page_size=1000)
         self.engines = FakeEngines()
         self.deps = Deps(
             Settings(mount_root=MOUNT, loopback_engines="allow"),
@@ -120,8 +113,8 @@ class Adapter:
 
 
 @pytest.fixture
-def adapter(seaweed: Shared) -> Iterator[Adapter]:
-    made = Adapter(seaweed)
+def adapter(filer: FilerClient, storage: FilerStorage) -> Iterator[Adapter]:
+    made = Adapter(filer, storage)
     made.run()
     assert made.ready()[:2] == ("True", "IntegrityVerified")
     assert made.served_root() == MOUNT + made.frozen.rstrip("/")
@@ -136,14 +129,7 @@ def raw_put(url: str, raw_path: str, content: bytes) -> int:
         return client.send(request).status_code
 
 
-def test_no_s3_key_reaches_the_frozen_area(seaweed: Shared, adapter: Adapter) -> None:
-    s3 = boto3.client(
-        "s3",
-        endpoint_url=seaweed.server.s3_url,
-        region_name="us-east-1",
-        aws_access_key_id="any",
-        aws_secret_access_key="any",
-    )
+def test_no_s3_key_reaches_the_frozen_area(seaweed: Shared, adapter: Adapter, s3: Any) -> None:
     bucket = f"hz-{secrets.token_hex(4)}"
     s3.create_bucket(Bucket=bucket)
     target = adapter.frozen.lstrip("/") + "adapter_model.safetensors"

@@ -8,6 +8,7 @@ second clears it), which is how a file without an MD5 comes about for real.
 
 from __future__ import annotations
 
+from types import TracebackType
 from typing import Any
 
 import httpx
@@ -16,9 +17,22 @@ from functions.adapters.storage import quote_path
 
 
 class FilerClient:
+    """Closes its connections on close() or at the end of a `with` block."""
+
     def __init__(self, url: str) -> None:
         self.url = url.rstrip("/")
         self._http = httpx.Client(base_url=self.url, timeout=30)
+
+    def __enter__(self) -> FilerClient:
+        return self
+
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        error: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        self.close()
 
     def put_file(self, path: str, content: bytes) -> None:
         self._http.put(quote_path(path), content=content).raise_for_status()

@@ -119,6 +119,7 @@ class SourceRig:
 
     def start(self) -> SourceRig:
         assert self.process is None or self.process.poll() is not None, "already running"
+        self._close_log()  # a process that ended by itself left its log open
         self._log = self.log_path.open("ab")
         self.process = subprocess.Popen(
             [sys.executable, "-m", "functions.filer_source"],
@@ -132,11 +133,19 @@ class SourceRig:
 
     def _ended(self) -> int | None:
         assert self.process is not None
-        code = self.process.wait(15)
+        try:
+            return self.process.wait(15)
+        except subprocess.TimeoutExpired:
+            self.process.kill()  # not left running behind a failed test
+            self.process.wait()
+            raise
+        finally:
+            self._close_log()
+
+    def _close_log(self) -> None:
         if self._log is not None:
             self._log.close()
             self._log = None
-        return code
 
     def kill(self) -> int | None:
         """SIGKILL: a crash, an OOM kill or a node gone (nothing written on the way out)."""
@@ -153,6 +162,7 @@ class SourceRig:
     def stop(self) -> None:
         if self.process is not None and self.process.poll() is None:
             self.terminate()
+        self._close_log()
 
     def lines(self) -> list[dict[str, Any]]:
         """The process's JSON log lines, in order (anything else it printed is kept as `text`)."""
