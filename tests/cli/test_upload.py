@@ -7,7 +7,10 @@ import hashlib
 import json
 import os
 import secrets
+from collections.abc import Iterator
+from contextlib import closing
 from pathlib import Path
+from typing import Any
 
 import boto3
 import pytest
@@ -223,17 +226,24 @@ def test_missing_directory_and_unreachable_cluster(
     assert "cannot reach the Kubernetes API" in err and "Traceback" not in err
 
 
+@pytest.fixture
+def s3() -> Iterator[Any]:
+    """A boto3 client of the session's S3 gateway, closed afterwards."""
+    client = boto3.client(
+        "s3", endpoint_url=shared().server.s3_url, region_name="us-east-1",
+        aws_access_key_id="any", aws_secret_access_key="any",
+    )  # fmt: skip
+    with closing(client):
+        yield client
+
+
 def test_with_the_s3_backend_the_files_are_objects_of_the_bucket(
-    stack: CliStack, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    stack: CliStack, tmp_path: Path, capsys: pytest.CaptureFixture[str], s3: Any
 ) -> None:
     """The stack's storage backend is S3: the functions read the bucket through the real
     gateway (functions.adapters.storage.S3Storage over boto3), so that is where the files must
     be, keyed by their storage paths, with the MD5s the spec declares as their ETags."""
     bucket = f"b-{secrets.token_hex(4)}"
-    s3 = boto3.client(
-        "s3", endpoint_url=shared().server.s3_url, region_name="us-east-1",
-        aws_access_key_id="any", aws_secret_access_key="any",
-    )  # fmt: skip
     s3.create_bucket(Bucket=bucket)
     endpoints = json.loads(stack.endpoints.read_text())
     endpoints["storage"] = {

@@ -9,6 +9,8 @@ from __future__ import annotations
 import secrets
 import subprocess
 from collections.abc import Callable, Iterator
+from contextlib import ExitStack, closing
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -16,6 +18,7 @@ import pytest
 
 from devstack.eventing.triggers import render
 from devstack.kubernetes import ControlPlane, shared
+from functions.adapters.kube import Kube, connect
 
 Kubectl = Callable[..., subprocess.CompletedProcess[str]]
 NAMESPACE_PREFIX = "k-"
@@ -44,6 +47,18 @@ def api(plane: ControlPlane) -> Iterator[httpx.Client]:
     """An HTTP client of the server as the admin."""
     with plane.http() as http:
         yield http
+
+
+@pytest.fixture
+def client_of() -> Iterator[Callable[[Path], Kube]]:
+    """Factory: client_of(kubeconfig) -> the functions' own client (functions.adapters.kube) from
+    that file, its connections closed when the test ends, passed or failed."""
+    with ExitStack() as opened:
+
+        def connected(kubeconfig: Path) -> Kube:
+            return Kube(opened.enter_context(closing(connect(str(kubeconfig)))))
+
+        yield connected
 
 
 @pytest.fixture

@@ -7,6 +7,8 @@ from __future__ import annotations
 import base64
 import json
 import ssl
+from collections.abc import Callable
+from contextlib import closing
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -16,15 +18,14 @@ import pytest
 
 from devstack.kubernetes import ControlPlane
 from devstack.kubernetes.pki import issue
-from functions.adapters.kube import Kube, connect
+from functions.adapters.kube import Kube
 from functions.errors import KubeRefused, KubeUnavailable
 from functions.resources.kinds import MODEL, POD, VLLM_ADAPTER
 from functions.transport import KeepAlive, TransportError
 from tests.support.connect_proxy import ConnectProxy
 
-
-def admin(plane: ControlPlane, path: Path) -> Kube:
-    return Kube(connect(str(plane.write_kubeconfig(path))))
+ClientOf = Callable[[Path], Kube]
+"""The `client_of` fixture (tests/kubernetes/conftest.py): the functions' client of a kubeconfig."""
 
 
 @pytest.mark.parametrize(
@@ -37,13 +38,19 @@ def admin(plane: ControlPlane, path: Path) -> Kube:
     ids=["etcd", "etcd-client", "apiserver"],
 )
 def test_an_object_too_large_to_store_is_refused_not_retried(
-    plane: ControlPlane, api: httpx.Client, namespace: str, tmp_path: Path, padding: int, refusal: str
+    plane: ControlPlane,
+    api: httpx.Client,
+    namespace: str,
+    tmp_path: Path,
+    client_of: ClientOf,
+    padding: int,
+    refusal: str,
 ) -> None:
     """Each limit a write can meet is a permanent refusal (KubeRefused, 413: what stat shrinks its
     status on), never KubeUnavailable (which the Broker would redeliver forever); nothing is written."""
     pod = {"metadata": {"name": "p"}, "spec": {"containers": [{"name": "c", "image": "i"}]}}
     api.post(f"/api/v1/namespaces/{namespace}/pods", json=pod).raise_for_status()
-    client = admin(plane, tmp_path / "kubeconfig")
+    client = client_of(plane.write_kubeconfig(tmp_path / "kubeconfig"))
     with pytest.raises(KubeRefused) as refused:
         client.write_status(POD, namespace, "p", lambda obj: {**obj["status"], "message": "x" * padding})
     assert refused.value.status == 413
@@ -53,7 +60,7 @@ def test_an_object_too_large_to_store_is_refused_not_retried(
 
 
 def test_a_function_account_is_refused_what_its_role_does_not_grant(
-    plane: ControlPlane, api: httpx.Client, namespace: str, tmp_path: Path
+    plane: ControlPlane, api: httpx.Client, namespace: str, tmp_path: Path, client_of: ClientOf
 ) -> None:
     """The product's client with a TokenRequest token of an account bound to resync's ClusterRole
     in one namespace (its own account stays clean for the audit's "never denied" check): its lists
@@ -73,7 +80,7 @@ def test_a_function_account_is_refused_what_its_role_does_not_grant(
     rbac = f"/apis/rbac.authorization.k8s.io/v1/namespaces/{namespace}/rolebindings"
     api.post(rbac, json=binding).raise_for_status()
     token = plane.service_account_token(namespace, "reader")
-    reader = Kube(connect(str(plane.write_kubeconfig(tmp_path / "kubeconfig", token))))
+    reader = client_of(plane.write_kubeconfig(tmp_path / "kubeconfig", token))
     assert reader.list_all(VLLM_ADAPTER, namespace) == []
     with pytest.raises(KubeRefused) as refused:
         reader.list_all(MODEL, namespace)
@@ -87,12 +94,14 @@ def test_keepalive_tls_checks_the_name_asked_for(plane: ControlPlane) -> None:
     assert plane.tls is not None
     context = ssl.create_default_context(cadata=plane.tls.ca_pem.decode())
     headers = {"Authorization": f"Bearer {plane.admin_token}"}
-    by_host = KeepAlive(plane.url.replace("127.0.0.1", "localhost"), context)
-    assert by_host.request("GET", "/api/v1/namespaces", headers, None).status == 200
-    by_name = KeepAlive(plane.url, context, server_name="localhost")
-    assert by_name.request("GET", "/api/v1/namespaces", headers, None).status == 200
-    wrong = KeepAlive(plane.url, context, server_name="api.elsewhere.example")
-    with pytest.raises(TransportError, match="certificate"):
+    with closing(KeepAlive(plane.url.replace("127.0.0.1", "localhost"), context)) as by_host:
+        assert by_host.request("GET", "/api/v1/namespaces", headers, None).status == 200
+    with closing(KeepAlive(plane.url, context, server_name="localhost")) as by_name:
+        assert by_name.request("GET", "/api/v1/namespaces", headers, None).status == 200
+    with (
+        closing(KeepAlive(plane.url, context, server_name="api.elsewhere.example")) as wrong,
+        pytest.raises(TransportError, match="certificate"),
+    ):
         wrong.request("GET", "/api/v1/namespaces", headers, None)
 
 
@@ -107,25 +116,27 @@ def kubeconfig_with(plane: ControlPlane, path: Path, **cluster: Any) -> Path:
 
 
 def test_the_devstack_kubeconfig_works_as_written(
-    plane: ControlPlane, namespace: str, tmp_path: Path
+    plane: ControlPlane, namespace: str, tmp_path: Path, client_of: ClientOf
 ) -> None:
     """certificate-authority-data and a bearer token, as `make serve` writes them."""
-    client = admin(plane, tmp_path / "kubeconfig")
+    client = client_of(plane.write_kubeconfig(tmp_path / "kubeconfig"))
     assert client.get(POD, namespace, "absent") is None
     assert client.list_all(POD, namespace) == []
 
 
 def test_a_kubeconfigs_tls_server_name_is_the_name_checked(
-    plane: ControlPlane, namespace: str, tmp_path: Path
+    plane: ControlPlane, namespace: str, tmp_path: Path, client_of: ClientOf
 ) -> None:
     named = kubeconfig_with(plane, tmp_path / "named", **{"tls-server-name": "localhost"})
-    assert Kube(connect(str(named))).list_all(POD, namespace) == []
+    assert client_of(named).list_all(POD, namespace) == []
     elsewhere = kubeconfig_with(plane, tmp_path / "elsewhere", **{"tls-server-name": "api.elsewhere.example"})
     with pytest.raises(KubeUnavailable, match="CERTIFICATE_VERIFY_FAILED"):
-        Kube(connect(str(elsewhere))).list_all(POD, namespace)
+        client_of(elsewhere).list_all(POD, namespace)
 
 
-def test_the_functions_client_verifies_the_servers_ca(plane: ControlPlane, tmp_path: Path) -> None:
+def test_the_functions_client_verifies_the_servers_ca(
+    plane: ControlPlane, tmp_path: Path, client_of: ClientOf
+) -> None:
     """A server whose certificate another CA signed is refused: the CA data is used, not
     skipped (and neither is the system's bundle enough)."""
     other = issue(tmp_path / "other-pki")
@@ -133,14 +144,14 @@ def test_the_functions_client_verifies_the_servers_ca(plane: ControlPlane, tmp_p
         plane, tmp_path / "foreign", **{"certificate-authority-data": base64.b64encode(other.ca_pem).decode()}
     )
     with pytest.raises(KubeUnavailable, match="CERTIFICATE_VERIFY_FAILED"):
-        Kube(connect(str(foreign))).get(POD, "default", "absent")
+        client_of(foreign).get(POD, "default", "absent")
     system_only = kubeconfig_with(plane, tmp_path / "system", **{"certificate-authority-data": None})
     with pytest.raises(KubeUnavailable, match="CERTIFICATE_VERIFY_FAILED"):
-        Kube(connect(str(system_only))).get(POD, "default", "absent")
+        client_of(system_only).get(POD, "default", "absent")
 
 
 def test_lists_page_through_continue_tokens_and_select_by_label(
-    plane: ControlPlane, api: httpx.Client, namespace: str, tmp_path: Path
+    plane: ControlPlane, api: httpx.Client, namespace: str, tmp_path: Path, client_of: ClientOf
 ) -> None:
     for index in range(5):
         body = {
@@ -150,7 +161,7 @@ def test_lists_page_through_continue_tokens_and_select_by_label(
             "spec": {"model": "m"},
         }
         api.post(f"/apis/rackai.rackspace.com/v1alpha1/namespaces/{namespace}/loraadapters", json=body)
-    client = admin(plane, tmp_path / "kubeconfig")
+    client = client_of(plane.write_kubeconfig(tmp_path / "kubeconfig"))
     paged = client.list_all(VLLM_ADAPTER, namespace, page_size=2)
     assert [o["metadata"]["name"] for o in paged] == ["a0", "a1", "a2", "a3", "a4"]
     selected = client.list_all(VLLM_ADAPTER, namespace, "team=a", page_size=1)
@@ -158,7 +169,7 @@ def test_lists_page_through_continue_tokens_and_select_by_label(
 
 
 def test_a_recorded_event_is_admitted_and_recorded_once_per_window(
-    plane: ControlPlane, api: httpx.Client, namespace: str, tmp_path: Path
+    plane: ControlPlane, api: httpx.Client, namespace: str, tmp_path: Path, client_of: ClientOf
 ) -> None:
     """The product's core/v1 Event as the real server validates it; the same failure met again
     in the window is the same Event (its name), not a second one."""
@@ -171,7 +182,7 @@ def test_a_recorded_event_is_admitted_and_recorded_once_per_window(
     adapter = api.post(
         f"/apis/rackai.rackspace.com/v1alpha1/namespaces/{namespace}/loraadapters", json=body
     ).json()
-    client = admin(plane, tmp_path / "kubeconfig")
+    client = client_of(plane.write_kubeconfig(tmp_path / "kubeconfig"))
     now = datetime.now(UTC)
     for _ in range(2):
         client.record_event(adapter, "Warning", "ModelNotFound", "no Model m", "admit", now)
@@ -182,7 +193,7 @@ def test_a_recorded_event_is_admitted_and_recorded_once_per_window(
 
 
 def test_a_kubeconfig_proxy_url_tunnels_every_request_through_the_proxy(
-    plane: ControlPlane, namespace: str, tmp_path: Path
+    plane: ControlPlane, namespace: str, tmp_path: Path, client_of: ClientOf
 ) -> None:
     """A kubeconfig's `proxy-url` (an HTTP CONNECT proxy): the client's requests reach the real
     API server only through the tunnel, the certificate still checked end to end."""
@@ -192,7 +203,7 @@ def test_a_kubeconfig_proxy_url_tunnels_every_request_through_the_proxy(
         config["clusters"][0]["cluster"]["proxy-url"] = proxy.url
         path = tmp_path / "kubeconfig"
         path.write_text(json.dumps(config), encoding="utf-8")
-        client = Kube(connect(str(path)))
+        client = client_of(path)
         assert client.list_all(VLLM_ADAPTER, namespace) == []
         assert client.get(POD, namespace, "absent") is None
         host, port = plane.url.removeprefix("https://").rsplit(":", 1)

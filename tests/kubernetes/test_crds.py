@@ -12,7 +12,7 @@ import httpx
 import pytest
 
 from devstack.kubernetes import ControlPlane
-from functions.adapters.kube import Kube, connect
+from functions.adapters.kube import Kube
 from functions.resources.kinds import VLLM_ADAPTER
 
 Factory = Callable[..., dict[str, Any]]
@@ -232,7 +232,12 @@ def test_the_status_subresource_and_generation(
 
 
 def test_a_stale_guarded_status_write_is_a_conflict_the_product_rereads(
-    api: httpx.Client, plane: ControlPlane, namespace: str, vllm_adapter: Factory, tmp_path: Path
+    api: httpx.Client,
+    plane: ControlPlane,
+    namespace: str,
+    vllm_adapter: Factory,
+    tmp_path: Path,
+    client_of: Callable[[Path], Kube],
 ) -> None:
     stale = api.post(adapters(namespace), json=vllm_adapter("race")).json()
     api.patch(f"{adapters(namespace)}/race/status", json={"status": {"phase": "Pending"}}, headers=MERGE)
@@ -253,7 +258,7 @@ def test_a_stale_guarded_status_write_is_a_conflict_the_product_rereads(
         seen.append((current.get("status") or {}).get("phase"))
         return {"phase": "Ready"}
 
-    kube = Kube(connect(str(plane.write_kubeconfig(tmp_path / "kubeconfig"))))
+    kube = client_of(plane.write_kubeconfig(tmp_path / "kubeconfig"))
     written = kube.write_status(VLLM_ADAPTER, namespace, "race", desired, current=stale)
     assert written is not None and written.obj["status"]["phase"] == "Ready"
     assert seen == [None, "Pending"]  # recomputed from the re-read after the server's 409

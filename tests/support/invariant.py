@@ -30,7 +30,8 @@ from __future__ import annotations
 import json
 import tempfile
 import urllib.request
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
+from contextlib import ExitStack, closing, contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -38,6 +39,7 @@ from typing import Any
 
 from functions import admit, stat, verify
 from functions.adapters import fleet
+from functions.adapters.kube import Kube, connect
 from functions.edge.bootstrap import Deps
 from functions.logic import facts, integrity, loaded, reasons, serving
 from functions.logic.serving import AdapterKey, ListingFailure, TargetKey
@@ -74,25 +76,34 @@ class Violation:
 
 
 # -- the world ---------------------------------------------------------------------------------
-def deps_for(source: Any) -> Deps:
+@contextmanager
+def deps_for(source: Any) -> Iterator[Deps]:
     """Production clients pointed at a running Stack (admin kubeconfig: RBAC is not the point);
-    on a Testbed, the functions' own (they run in this process, configured by its environment)."""
+    on a Testbed, the functions' own (they run in this process, configured by its environment);
+    a Deps as it is given (its owner closes it). What this builds is closed when the block ends,
+    and the Testbed's admin kubeconfig is written into a directory removed then."""
     if isinstance(source, Deps):
-        return source
-    if not hasattr(source, "admin_kubeconfig"):  # a Testbed: the functions' settings, as admin
-        from functions.edge.bootstrap import deps
+        yield source
+        return
+    with ExitStack() as opened:
+        if not hasattr(source, "admin_kubeconfig"):  # a Testbed: the functions' settings, as admin
+            from functions.edge.bootstrap import deps
 
-        path = Path(tempfile.mkdtemp(prefix="loraflow-invariant-")) / "admin.kubeconfig"
-        admin = source.kube.write_kubeconfig(path, source.kube.admin_token)
-        return Deps(deps().settings.model_copy(update={"kubeconfig": str(admin)}))
-    settings = Settings(
-        filer_url=source.filer.url,
-        mount_root=str(source.mount_root),
-        kubeconfig=str(source.admin_kubeconfig),
-        engine_timeout=5.0,
-        loopback_engines="allow",
-    )
-    return Deps(settings)
+            directory = Path(opened.enter_context(tempfile.TemporaryDirectory(prefix="loraflow-invariant-")))
+            admin = source.kube.write_kubeconfig(directory / "admin.kubeconfig", source.kube.admin_token)
+            settings = deps().settings.model_copy(update={"kubeconfig": str(admin)})
+        else:
+            settings = Settings(
+                filer_url=source.filer.url,
+                mount_root=str(source.mount_root),
+                kubeconfig=str(source.admin_kubeconfig),
+                engine_timeout=5.0,
+                loopback_engines="allow",
+            )
+        # the Kubernetes client as Deps builds it, given here: Deps.close() closes what it built,
+        # and functions.adapters.kube.Kube has no close() of its own (its KubeApi has)
+        kube = Kube(opened.enter_context(closing(connect(settings.kubeconfig))))
+        yield opened.enter_context(closing(Deps(settings, kube=kube)))
 
 
 def observe(
@@ -464,7 +475,11 @@ def check(source: Any, namespaces: Iterable[str] | None = None) -> list[Violatio
     """Every violation of the invariant (empty list: converged). `source`: a Stack or a Deps.
 
     Faults must be stopped and the system quiescent: this reads, it does not wait."""
-    deps = deps_for(source)
+    with deps_for(source) as deps:
+        return _check(deps, namespaces)
+
+
+def _check(deps: Deps, namespaces: Iterable[str] | None) -> list[Violation]:
     observed, models = observe(deps, namespaces)
     states = stand_in_states(observed)
     out = check_engines(observed.world, serving.desired(observed.world))
