@@ -12,6 +12,7 @@ gateway serves them as the objects the functions read (key: the storage path).
 from __future__ import annotations
 
 import base64
+import contextlib
 import hashlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -118,7 +119,8 @@ def stored_md5s(
     """Full storage path -> hex MD5 (None when the filer has none) of what is already stored
     (`filer_root`: the folder the storage paths are under in the filer, as `Target.filer_root`)."""
     try:
-        files = FilerStorage(filer_url, page_size).stat_dir(filer_root + directory)
+        with contextlib.closing(FilerStorage(filer_url, page_size)) as storage:
+            files = storage.stat_dir(filer_root + directory)
     except (LoraflowError, ValueError) as err:
         raise CliError(f"cannot list {filer_root + directory} on the filer {filer_url}: {err}") from err
     return {f.path[len(filer_root) :]: f.md5 for f in files}

@@ -159,6 +159,9 @@ class Kube:
     def server(self) -> tuple[str, int] | None:
         return self._api.server
 
+    def close(self) -> None:
+        self._api.close()
+
     # -- reads -----------------------------------------------------------------------------
     def get(self, kind: Kind, namespace: str, name: str) -> Obj | None:
         try:

@@ -433,23 +433,29 @@ class S3Storage:
             raise StorageUnavailable(f"S3 list {prefix}: {err}") from err
         return sorted(files, key=lambda f: f.path)
 
+    def close(self) -> None:
+        self._s3.close()
+
     def hash_file(self, path: str, max_bytes: int) -> str | None:
         body = self._open(path)
-        if body is None or int(body["ContentLength"]) > max_bytes:
+        if body is None:
             return None
-        digest = hashlib.md5(usedforsecurity=False)
-        for chunk in body["Body"].iter_chunks(CHUNK):
-            digest.update(chunk)
-        return digest.hexdigest()
+        with contextlib.closing(body["Body"]):
+            if int(body["ContentLength"]) > max_bytes:
+                return None
+            digest = hashlib.md5(usedforsecurity=False)
+            for chunk in body["Body"].iter_chunks(CHUNK):
+                digest.update(chunk)
+            return digest.hexdigest()
 
     def read_small(self, path: str, max_bytes: int) -> bytes | None:
         body = self._open(path)
         if body is None:
             return None
-        if int(body["ContentLength"]) > max_bytes:
-            body["Body"].close()
-            raise ContentTooLarge(f"{path} is {body['ContentLength']} bytes, more than {max_bytes}")
-        content: bytes = body["Body"].read(max_bytes + 1)
+        with contextlib.closing(body["Body"]):
+            if int(body["ContentLength"]) > max_bytes:
+                raise ContentTooLarge(f"{path} is {body['ContentLength']} bytes, more than {max_bytes}")
+            content: bytes = body["Body"].read(max_bytes + 1)
         if len(content) > max_bytes:
             raise ContentTooLarge(f"{path} is more than {max_bytes} bytes")
         return content

@@ -556,11 +556,17 @@ class EngineReplica:
                 pass
             stopping.join(0.05)
 
+    def release(self) -> None:
+        """Stop for good: also close the connections the replica reads adapter files on."""
+        self.stop()
+        if self.filer is not None:
+            self.filer.close()
+
     def __enter__(self) -> EngineReplica:
         return self.start()
 
     def __exit__(self, *exc: object) -> None:
-        self.stop()
+        self.release()
 
     @property
     def running(self) -> bool:

@@ -120,7 +120,7 @@ class EngineFleet:
         with self._lock:
             replica = self._replicas.pop(key, None)
         if replica is not None:
-            replica.stop()
+            replica.release()
             release_address(replica.host)
 
     stop = remove
@@ -135,7 +135,7 @@ class EngineFleet:
         # a stop waits up to one poll interval for the serving loop: wide, so that thousands
         # of replicas stop in about one interval
         with ThreadPoolExecutor(max_workers=min(1024, len(replicas))) as pool:
-            list(pool.map(lambda r: r.stop(), replicas))
+            list(pool.map(lambda r: r.release(), replicas))
         for replica in replicas:
             release_address(replica.host)
 
