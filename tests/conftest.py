@@ -14,9 +14,8 @@ from devstack.kubernetes import SEEDED
 from tests.support.testbed import Testbed, testbed
 
 TESTS = Path(__file__).resolve().parent
-LEAKY_TIERS = ("functions", "stack", "reliability", "bench", "seaweedfs", "cli", "kubernetes")
-"""The tiers whose tests or in-process servers (the embedded stack, the functions' testbed) still
-drop sockets unclosed."""
+LEAKY_TIERS = ("functions", "stack", "reliability", "bench")
+"""The tiers that run the embedded stack or the functions' testbed in the test process."""
 UNCLOSED_SOCKET = r"unclosed <(socket\.socket|ssl\.SSLSocket) "
 LEFT_TO_THE_GC = tuple((f"{tier}/", UNCLOSED_SOCKET) for tier in LEAKY_TIERS)
 """(where, the ResourceWarning message) of what tests still leave for the garbage collector to
