@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import os
 import secrets
+import shutil
 import tempfile
 import threading
 import time
@@ -127,6 +128,7 @@ def run(smoke: bool) -> Result:
         ingest.wait(10)
         ingest_log.close()
         sink.stop()
+        shutil.rmtree(work, ignore_errors=True)
     source, webhook = latencies["source"], latencies["webhook"]
     figures = {
         name: {

@@ -6,8 +6,10 @@ the server as they would a cluster's."""
 
 from __future__ import annotations
 
+import atexit
 import datetime
 import ipaddress
+import shutil
 import ssl
 import tempfile
 from dataclasses import dataclass
@@ -133,8 +135,10 @@ def issue(directory: Path, names: tuple[str, ...] = LOOPBACK_NAMES) -> Certifica
 
 @lru_cache(maxsize=1)
 def loopback_certificate() -> Certificate:
-    """Made once per process, into a private temporary directory."""
-    return issue(Path(tempfile.mkdtemp(prefix="loraflow-kube-tls-")))
+    """Made once per process, into a private temporary directory removed at exit."""
+    directory = Path(tempfile.mkdtemp(prefix="loraflow-kube-tls-"))
+    atexit.register(shutil.rmtree, directory, True)
+    return issue(directory)
 
 
 @dataclass(frozen=True)
