@@ -9,7 +9,6 @@ import json
 import queue
 import re
 import subprocess
-import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -18,6 +17,7 @@ import pytest
 import yaml
 
 from devstack.kubernetes import ControlPlane
+from tests.support.watch import lines_of
 
 Kubectl = Callable[..., subprocess.CompletedProcess[str]]
 
@@ -176,38 +176,10 @@ def test_apply_describe_patch_and_delete(kubectl: Kubectl, namespace: str) -> No
 def watch(plane: ControlPlane, namespace: str, tmp_path: Path) -> Iterator[queue.Queue[str]]:
     """`kubectl get lora -n NS -w`: its lines as they come."""
     config = plane.write_kubeconfig(tmp_path / "kubeconfig")
-    lines: queue.Queue[str] = queue.Queue()
-    with subprocess.Popen(  # its exit closes the stdout pipe (after the reader below is done)
-        [str(plane.kubectl), f"--kubeconfig={config}", "get", "lora", "-n", namespace, "-w"],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
-        text=True,
-    ) as process:
-        reader = threading.Thread(target=pump, args=(process, lines), daemon=True)
-        reader.start()
-        try:
-            yield lines
-        finally:
-            end(process, reader)
-
-
-def pump(process: subprocess.Popen[str], lines: queue.Queue[str]) -> None:
-    """Each line `process` writes to its stdout, into `lines`, until it exits."""
-    assert process.stdout is not None
-    for line in process.stdout:
-        lines.put(line.rstrip("\n"))
-
-
-def end(process: subprocess.Popen[str], reader: threading.Thread) -> None:
-    """Stop `process` (SIGTERM, SIGKILL after 10 s) and wait for `reader` to see its stdout's
-    end, so that the pipe is closed with nobody reading it."""
-    process.terminate()
-    try:
-        process.wait(10)
-    except subprocess.TimeoutExpired:
-        process.kill()
-        process.wait(10)
-    reader.join(10)
+    with lines_of(
+        [str(plane.kubectl), f"--kubeconfig={config}", "get", "lora", "-n", namespace, "-w"]
+    ) as lines:
+        yield lines
 
 
 def test_get_watch_sees_the_phase_change(kubectl: Kubectl, namespace: str, watch: queue.Queue[str]) -> None:

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import queue
 import subprocess
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -22,6 +21,7 @@ from devstack.stack import Stack
 from loraflow.cli import main
 from tests.support.manifests import kubectl as kubectl_binary
 from tests.support.wait import eventually
+from tests.support.watch import lines_of
 
 MODEL = "no-such-model"
 ADAPTER = """\
@@ -65,38 +65,10 @@ def namespace(stack: Stack) -> str:
 @pytest.fixture
 def watch(kubeconfig: Path, namespace: str) -> Iterator[queue.Queue[str]]:
     """`kubectl get lora -n NS -w`: its lines as they come."""
-    lines: queue.Queue[str] = queue.Queue()
-    with subprocess.Popen(  # its exit closes the stdout pipe (after the reader below is done)
-        [kubectl_binary(), "--kubeconfig", str(kubeconfig), "get", "lora", "-n", namespace, "-w"],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
-        text=True,
-    ) as process:
-        reader = threading.Thread(target=pump, args=(process, lines), daemon=True)
-        reader.start()
-        try:
-            yield lines
-        finally:
-            end(process, reader)
-
-
-def pump(process: subprocess.Popen[str], lines: queue.Queue[str]) -> None:
-    """Each line `process` writes to its stdout, into `lines`, until it exits."""
-    assert process.stdout is not None
-    for line in process.stdout:
-        lines.put(line.rstrip("\n"))
-
-
-def end(process: subprocess.Popen[str], reader: threading.Thread) -> None:
-    """Stop `process` (SIGTERM, SIGKILL after 10 s) and wait for `reader` to see its stdout's
-    end, so that the pipe is closed with nobody reading it."""
-    process.terminate()
-    try:
-        process.wait(10)
-    except subprocess.TimeoutExpired:
-        process.kill()
-        process.wait(10)
-    reader.join(10)
+    with lines_of(
+        [kubectl_binary(), "--kubeconfig", str(kubeconfig), "get", "lora", "-n", namespace, "-w"]
+    ) as lines:
+        yield lines
 
 
 def rows(table: str) -> list[dict[str, str]]:
