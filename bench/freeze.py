@@ -144,6 +144,7 @@ def _measure(size: int, filer: str, s3: Any, bucket: str, data: Path) -> dict[st
     client.delete(quote_path(f"/buckets/{bucket}/loraadapters/bench-{tag}"), params={"recursive": "true"})
     client.delete(quote_path(f"/buckets/{bucket}/loraflow-frozen"), params={"recursive": "true"})
     client.close()
+    storage.close()
     return figures
 
 

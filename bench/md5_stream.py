@@ -38,8 +38,8 @@ def run(smoke: bool) -> Result:
         _write_random(local, size)
         with local.open("rb") as body:
             httpx.put(filer + path, content=body, timeout=600).raise_for_status()
+        storage = FilerStorage(filer, page_size=1000)
         try:
-            storage = FilerStorage(filer, page_size=1000)
             ours = [timed(lambda: storage.hash_file(path, 1 << 40)) for _ in range(repeats)]
             reference = [
                 timed(lambda: subprocess.run(["md5sum", str(local)], check=True, capture_output=True))
@@ -48,6 +48,7 @@ def run(smoke: bool) -> Result:
             expected = subprocess.run(["md5sum", str(local)], check=True, capture_output=True, text=True)
             assert storage.hash_file(path, 1 << 40) == expected.stdout.split()[0]
         finally:
+            storage.close()
             httpx.delete(filer + path.rsplit("/", 3)[0], params={"recursive": "true"}, timeout=60)
     mib = size / (1 << 20)
     ours_rate, ref_rate = mib / median_of(ours), mib / median_of(reference)

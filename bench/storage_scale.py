@@ -162,6 +162,7 @@ def run(smoke: bool) -> Result:
             assert any(c["type"] == "Ready" and c["status"] == "True" for c in obj["status"]["conditions"])
         peak_after = w.peak_rss_mib(stat_process.pid)
         http.close()
+        storage.close()
     value, reference = median_of(ours), median_of(bare)
     ratio = statistics.median(o / b for o, b in zip(ours, bare, strict=True))
     growth = max(0.0, peak_after - peak_before)

@@ -18,7 +18,7 @@ import re
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
@@ -60,7 +60,6 @@ class StackUser:
 
     stack: Stack
     namespace: str = NAMESPACE
-    http: httpx.Client = field(default_factory=lambda: httpx.Client(timeout=10))
 
     def create(self, kind: Kind, name: str, spec: dict[str, Any]) -> None:
         body = {
@@ -106,8 +105,9 @@ class StackUser:
     def listing(self, pod: dict[str, Any]) -> set[str] | None:
         """The adapters a pod's engine reports in `/v1/models` (None when it does not answer)."""
         port = pod["spec"]["containers"][0]["ports"][0]["containerPort"]
+        url = f"http://{pod['status']['podIP']}:{port}/v1/models"
         try:
-            models = self.http.get(f"http://{pod['status']['podIP']}:{port}/v1/models", timeout=2).json()
+            models = self.stack.http.get(url, timeout=2).json()
         except (httpx.HTTPError, ValueError):
             return None
         return {m["id"] for m in models.get("data") or [] if m.get("parent")}

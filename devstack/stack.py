@@ -281,8 +281,8 @@ class Stack:
             self._on_stop(self.seaweed.stop)
         self.filer = FaultProxy(self.seaweed.url).start()
         self._on_stop(self.filer.stop)
-        self._http = httpx.Client(timeout=30)
-        self._on_stop(self._http.close, tier=4)
+        self.http = httpx.Client(timeout=30)  # the stack's and its users' client: closed at stop
+        self._on_stop(self.http.close, tier=4)
         if self.storage == "s3":
             self.s3 = boto3.client("s3", endpoint_url=self.seaweed.s3_url, **_boto_credentials())
             with contextlib.suppress(self.s3.exceptions.BucketAlreadyOwnedByYou):
@@ -428,7 +428,7 @@ class Stack:
         if self.storage == "s3":
             self.s3.put_object(Bucket=self.bucket, Key=path.lstrip("/"), Body=content)
         else:
-            self._http.put(self.seaweed.url + quote_path(path), content=content).raise_for_status()
+            self.http.put(self.seaweed.url + quote_path(path), content=content).raise_for_status()
 
     def settle(self, timeout: float = 10.0, quiet: float = 0.3) -> bool:
         """Wait until the filer's notifications so far are out, then until the broker had
@@ -438,9 +438,9 @@ class Stack:
         delivered = True
         if self.notifications != "source":
             marker = f"/.settle/{secrets.token_hex(8)}"
-            self._http.put(self.seaweed.url + marker, content=b"").raise_for_status()
+            self.http.put(self.seaweed.url + marker, content=b"").raise_for_status()
             delivered = self.relay.await_key(marker, timeout)
-            self._http.delete(self.seaweed.url + marker)
+            self.http.delete(self.seaweed.url + marker)
         if self.notifications != "webhook":
             delivered = self._source_barrier(timeout) and delivered
         idle = self.broker.wait_idle(timeout, quiet=quiet)
@@ -456,7 +456,7 @@ class Stack:
         key = f"/loraadapters/.settle/{secrets.token_hex(8)}"
         filer_path = (f"/buckets/{self.bucket}" if self.storage == "s3" else "") + key
         seq = max((e["seq"] for e in self.broker.log.since(0)), default=0)
-        self._http.put(self.seaweed.url + filer_path, content=b"").raise_for_status()
+        self.http.put(self.seaweed.url + filer_path, content=b"").raise_for_status()
         deadline = time.monotonic() + timeout
         try:
             while time.monotonic() < deadline:
@@ -466,7 +466,7 @@ class Stack:
                 time.sleep(0.01)
             return False
         finally:
-            self._http.delete(self.seaweed.url + filer_path)
+            self.http.delete(self.seaweed.url + filer_path)
 
     @property
     def core(self) -> client.CoreV1Api:

@@ -314,7 +314,8 @@ def test_the_filer_sources_role_is_exactly_what_it_uses(tmp_path: Path) -> None:
     try:
         rig.start().wait_logged("following the filer's metadata log")
         directory = f"/loraadapters/rbac-{secrets.token_hex(3)}/m/a"
-        FilerClient(rig.seaweed.url).put_file(f"{directory}/x.bin", b"x")
+        with FilerClient(rig.seaweed.url) as filer:
+            filer.put_file(f"{directory}/x.bin", b"x")
         eventually(lambda: [e for e in sink.of_type(FILE_CHANGED) if e["subject"] == f"{directory}/x.bin"])
         assert rig.terminate() == 0
         assert read_cursor(kube) is not None

@@ -94,6 +94,7 @@ def setup() -> Iterator[tuple[Broker, Recorder, Recorder]]:
     broker.stop()
     for recorder in (subscriber, dead):
         recorder.server.shutdown()
+        recorder.server.server_close()
 
 
 def post(broker: Broker, type_: str, headers: dict[str, str]) -> None:

@@ -130,15 +130,14 @@ def test_a_rename_into_place_and_a_directory_delete(stack: Stack, cluster: Clust
     """Filer operations (S3 has neither a rename nor directories)."""
     files = {"adapter_config.json": CONFIG, "adapter_model.safetensors": os.urandom(2048)}
     declare(cluster, files)
-    filer = FilerClient(stack.seaweed.url)
     cluster.upload(directory(cluster) + "adapter_config.json", CONFIG)
     cluster.upload(directory(cluster) + "weights.partial", files["adapter_model.safetensors"])
     stack.settle()
     assert phase(cluster) != "Ready"
-    filer.move(directory(cluster) + "weights.partial", directory(cluster) + "adapter_model.safetensors")
-    served_from(stack, cluster, files)
-
-    assert filer.delete(directory(cluster).rstrip("/"), recursive=True) == 204
+    with FilerClient(stack.seaweed.url) as filer:
+        filer.move(directory(cluster) + "weights.partial", directory(cluster) + "adapter_model.safetensors")
+        served_from(stack, cluster, files)
+        assert filer.delete(directory(cluster).rstrip("/"), recursive=True) == 204
     eventually(lambda: phase(cluster) not in ("Ready", ""), 30, what="no longer Ready")
     status = (cluster.get(VLLM_ADAPTER, "a1") or {}).get("status") or {}
     ready = next(c for c in status["conditions"] if c["type"] == "Ready")

@@ -78,6 +78,12 @@ class Testbed:
         """The real filer, not through the proxy: what a user or another tool does there."""
         return FilerClient(self.seaweed.server.url)
 
+    def close(self) -> None:
+        """Close the testbed's own clients (the servers stop with `testbed()`)."""
+        self.http.close()
+        if "files" in self.__dict__:
+            self.files.close()
+
     @property
     def custom(self) -> client.CustomObjectsApi:
         return client.CustomObjectsApi(self.api)
@@ -273,11 +279,15 @@ def testbed(
             **engine_defaults,
         )
         host = FunctionHost(FUNCTIONS if functions else ())
+        bed: T | None = None
         try:
             with environment(**settings):
                 host.start()
-                yield cls(kube, filer, sink, workload, host, api, MOUNT_ROOT, seaweed)
+                bed = cls(kube, filer, sink, workload, host, api, MOUNT_ROOT, seaweed)
+                yield bed
         finally:
+            if bed is not None:
+                bed.close()
             host.stop()
             workload.stop()
             sink.stop()
