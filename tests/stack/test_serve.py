@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -208,10 +209,15 @@ def test_demo_converges_and_exits_zero() -> None:
     assert "everything converged" in result.stdout
     for step in ("restarted", "scaled 3 -> 5", "unloaded from every pod", "IntegrityCheckFailed"):
         assert step in result.stdout
-    # one trace id per adapter's lifecycle: the chain of events that loaded it shares it
+    # one trace id per chain of events that loaded an adapter: adapters share one only when an
+    # event that fans out loaded them together (a target's change, or a resync tick that found
+    # them drifted), as on a slow machine
     traces = re.findall(r"(\S+): trace ([0-9a-f]{32}) \((.*)\)", result.stdout)
     assert sorted(name for name, _, _ in traces) == ["finance-qa", "legal-summaries", "support-tone"]
-    assert len({trace for _, trace, _ in traces}) == 3
+    sharing = Counter(trace for _, trace, _ in traces)
+    for name, trace, chain in traces:
+        fans_out = chain.startswith(("apiserver ", "source ping"))
+        assert sharing[trace] == 1 or fans_out, (name, chain, result.stdout[-3000:])
     # from the event that started it (the adapter's creation, its last file's notification, a
     # target's change: whichever the steps' verdicts followed last) to loaded
     for _, _, chain in traces:
