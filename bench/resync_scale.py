@@ -254,6 +254,7 @@ class Cluster:
                 for index in range(size.per_service):
                     etcd.put(SGLANG_ADAPTER, ns, *self._sglang(ns, f"svc{s}", index, len(pods)))
         etcd.flush()
+        etcd.close()
         with builder.plane.http() as http:  # what the API server now serves is the world
             for kind, count in (
                 (VLLM_ADAPTER, shape.namespaces * shape.deployments * size.per_deployment),
@@ -447,6 +448,9 @@ class Etcd:
             answer.raise_for_status()
             self.written += len(self._pending)
             self._pending = []
+
+    def close(self) -> None:
+        self._http.close()
 
 
 def _equal(read: Callable[[], int], expected: int) -> bool:
