@@ -32,7 +32,8 @@ from typing import Any
 
 import httpx
 
-from devstack.functions_host import FUNCTIONS, SOURCE, ProcessFunctionHost, free_port, launch
+from devstack.functions_host import FUNCTIONS, SOURCE, ProcessFunctionHost, launch
+from devstack.ports import free_port
 from devstack.processes import descendants, kill_tree
 from devstack.stack import Stack
 

@@ -34,7 +34,7 @@ from cloudevents.http import CloudEvent
 
 from bench import world as w
 from bench.common import Result, median_of, timed
-from devstack.functions_host import free_port
+from devstack.ports import free_port
 from devstack.processes import adopt_orphans, kill_tree
 from events import catalog
 from events.domain import ADAPTER_ADMITTED, ADAPTER_READY, ADAPTER_STAT_COMPLETED

@@ -26,7 +26,8 @@ from typing import Any
 import httpx
 
 from bench.common import Result, median_of, percentile
-from devstack.functions_host import SOURCE, free_port, launch
+from devstack.functions_host import SOURCE, launch
+from devstack.ports import free_port
 from devstack.seaweedfs import shared
 from functions.adapters.storage import quote_path
 from tests.support.filer_source import SourceRig, source_kube

@@ -65,9 +65,9 @@ from bench.common import Result, median_of
 from bench.cpu import server_cpu
 from devstack.eventing.sink import EventSink
 from devstack.eventing.triggers import render
-from devstack.functions_host import free_port
 from devstack.kubernetes import FUNCTIONS_USERS, ControlPlane, Kube, prepare
 from devstack.kubernetes.binaries import binaries
+from devstack.ports import free_port
 from devstack.processes import descendants
 from devstack.seaweedfs import MOUNT_ROOT
 from devstack.standins.engines.base import EngineReplica, LoadedAdapter

@@ -46,7 +46,7 @@ from cloudevents.http import CloudEvent
 from bench import world as w
 from bench.common import Result, median_of, timed
 from bench.cpu import idle_server_cpu, server_cpu
-from devstack.functions_host import free_port
+from devstack.ports import free_port
 from devstack.processes import kill_tree
 from events.domain import ADAPTER_ADMITTED
 from functions.adapters.storage import FilerStorage

@@ -24,7 +24,8 @@ import httpx
 from cloudevents.conversion import to_binary
 from cloudevents.http import CloudEvent, from_http
 
-from devstack.functions_host import free_port, launch
+from devstack.functions_host import launch
+from devstack.ports import free_port
 from devstack.processes import descendants
 from functions.resources.kinds import MODEL as MODEL_KIND
 from functions.resources.kinds import MODEL_DEPLOYMENT, MODEL_DEPLOYMENT_LABEL, VLLM_ADAPTER, Kind

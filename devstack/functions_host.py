@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -26,6 +25,7 @@ import functions_framework
 import httpx
 from werkzeug.serving import BaseWSGIServer, make_server
 
+from devstack.ports import free_port
 from devstack.processes import kill_tree
 from devstack.supervisor import Supervisor
 
@@ -160,13 +160,6 @@ def launch_source(env: dict[str, str], out: IO[bytes] | int = subprocess.DEVNULL
     """`python -m functions.filer_source`, the ContainerSource's command, with `env`."""
     command = [sys.executable, "-m", "functions.filer_source"]
     return subprocess.Popen(command, cwd=ROOT, env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=out)
-
-
-def free_port(host: str = "127.0.0.1") -> int:
-    with socket.socket() as probe:
-        probe.bind((host, 0))
-        port: int = probe.getsockname()[1]
-        return port
 
 
 def _await_health(http: httpx.Client, name: str, url: str, deadline: float) -> None:

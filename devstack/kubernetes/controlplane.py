@@ -38,7 +38,7 @@ import httpx
 from devstack.kubernetes.audit import AUDIT_POLICY, AuditLog
 from devstack.kubernetes.binaries import Binaries, binaries
 from devstack.kubernetes.pki import Certificate, SigningKey, issue, signing_key
-from devstack.seaweedfs.server import free_ports
+from devstack.ports import free_ports
 
 log = logging.getLogger("devstack.kubernetes")
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from devstack.seaweedfs.faultproxy import Fault, FaultProxy
 from devstack.seaweedfs.relay import WebhookRelay
-from devstack.seaweedfs.server import SeaweedServer, Webhook, free_ports, weed_binary
+from devstack.seaweedfs.server import SeaweedServer, Webhook, weed_binary
 
 __all__ = [
     "BUCKET",
@@ -23,7 +23,6 @@ __all__ = [
     "Shared",
     "Webhook",
     "WebhookRelay",
-    "free_ports",
     "shared",
     "weed_binary",
 ]

