@@ -40,11 +40,9 @@ from collections import Counter
 from typing import Any
 
 import httpx
-from cloudevents.http import CloudEvent
 
 from bench import world as w
 from bench.common import Result
-from devstack.eventing.triggers import Trigger, load_triggers, subscriber_service
 from devstack.standins.engines import EngineReplica
 from events.domain import ADAPTER_DRIFTED, ADAPTER_READY
 from events.external import PING
@@ -67,50 +65,6 @@ VLLM_ARGS = ["--enable-lora", "--max-loras", "2", "--max-cpu-loras", str(SLOTS)]
 KINDS = {SGLANG_ADAPTER.api_version: "sglang", VLLM_ADAPTER.api_version: "vllm"}
 
 
-class Broker:
-    """The Broker's routing without the Broker, as bench/world.py `route` does it: deliver an
-    event to `function` (else by the Triggers), then every reply by the Triggers, breadth first.
-    The Triggers are those the API server holds, read once (as Knative's broker reads them):
-    rendering the manifests again (`kubectl kustomize`) takes seconds on this machine."""
-
-    def __init__(self, world: w.World) -> None:
-        self.world = world
-        docs = [
-            item
-            for plural in ("brokers", "triggers")
-            for item in world.custom.list_namespaced_custom_object(
-                "eventing.knative.dev", "v1", "loraflow", plural
-            )["items"]
-        ]
-        self.triggers: list[Trigger] = load_triggers(docs)
-        self.failed: list[tuple[str, str, int]] = []
-        """(function, event type, status) of every delivery not answered 200/204."""
-
-    def destinations(self, event: CloudEvent) -> list[str]:
-        found: list[str] = []
-        for trigger in self.triggers:
-            name = (subscriber_service(trigger.subscriber) or "").removeprefix("loraflow-")
-            if name in self.world.host.urls and trigger.matches(event.get_attributes()) and name not in found:
-                found.append(name)
-        return found
-
-    def deliver(self, first: CloudEvent, function: str | None = None) -> list[tuple[str, str, int]]:
-        """Deliver until nothing is left; (function, event type, HTTP status) per delivery."""
-        queue: list[tuple[str | None, CloudEvent]] = [(function, first)]
-        delivered: list[tuple[str, str, int]] = []
-        while queue:
-            target, current = queue.pop(0)
-            for name in [target] if target is not None else self.destinations(current):
-                response = self.world.post(name, current)
-                delivered.append((name, current["type"], response.status_code))
-                if response.status_code not in (200, 204):
-                    self.failed.append(delivered[-1])
-                reply = w.reply_of(response)
-                if reply is not None:
-                    queue.append((None, reply))
-        return delivered
-
-
 def _replicas(world: w.World, ns: str, selector: str) -> list[EngineReplica]:
     return [world.workload.replica(ns, p["metadata"]["name"]) for p in world.workload.pods(ns, selector)]
 
@@ -128,7 +82,7 @@ def _engine(replicas: list[EngineReplica], counter: str) -> int:
     return sum(int(getattr(r, counter)) for r in replicas)
 
 
-def sglang_service(world: w.World, broker: Broker, ns: str) -> list[str]:
+def sglang_service(world: w.World, broker: w.Router, ns: str) -> list[str]:
     """The InferenceService at capacity and its adapters, admitted (oldest first: s00)."""
     world.create(
         INFERENCE_SERVICE,
@@ -146,7 +100,7 @@ def sglang_service(world: w.World, broker: Broker, ns: str) -> list[str]:
     return names
 
 
-def vllm_deployment(world: w.World, broker: Broker, ns: str) -> list[str]:
+def vllm_deployment(world: w.World, broker: w.Router, ns: str) -> list[str]:
     """The ModelDeployment at capacity and its Ready adapters, loaded."""
     names = [f"v{i:02d}" for i in range(ADAPTERS)]
     world.create(
@@ -182,7 +136,7 @@ def traffic(http: httpx.Client, replicas: list[EngineReplica], names: list[str],
                 seen[f"refused {name}"] += 1
 
 
-def tick(world: w.World, broker: Broker, ns: str) -> list[tuple[str, str]]:
+def tick(world: w.World, broker: w.Router, ns: str) -> list[tuple[str, str]]:
     """A resync tick as PingSource sends it; its nudges for this namespace delivered by the
     Triggers. Returns (kind, `name step: reason`) per nudge."""
     world.sink.clear()
@@ -218,7 +172,7 @@ def conditions(world: w.World, kind: Kind, ns: str, names: list[str]) -> dict[st
     return found
 
 
-def steady(world: w.World, broker: Broker, ticks: int) -> dict[str, Any]:
+def steady(world: w.World, broker: w.Router, ticks: int) -> dict[str, Any]:
     """Both targets at capacity under traffic; engine loads, nudges and traffic per tick."""
     ns = world.namespace()
     adapters = {"sglang": sglang_service(world, broker, ns), "vllm": vllm_deployment(world, broker, ns)}
@@ -261,7 +215,7 @@ def steady(world: w.World, broker: Broker, ticks: int) -> dict[str, Any]:
     }
 
 
-def rolling_restart(world: w.World, broker: Broker, replicas: int) -> dict[str, Any]:
+def rolling_restart(world: w.World, broker: w.Router, replicas: int) -> dict[str, Any]:
     """Every pod of a `replicas`-pod ModelDeployment restarted in turn, each reloaded by its Pod
     update; the listings counted on every replica of the fleet."""
     ns = world.namespace()
@@ -298,7 +252,7 @@ def run(smoke: bool) -> Result:
     started = time.perf_counter()
     with w.world() as world:
         setup = time.perf_counter() - started
-        broker = Broker(world)
+        broker = w.Router(world)
         state = steady(world, broker, ticks)
         restart = rolling_restart(world, broker, replicas)
     per_tick = state["loads_per_tick"]

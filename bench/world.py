@@ -24,6 +24,7 @@ import httpx
 from cloudevents.conversion import to_binary
 from cloudevents.http import CloudEvent, from_http
 
+from devstack.eventing.triggers import Trigger, load_triggers, subscriber_service
 from devstack.functions_host import launch
 from devstack.ports import free_port
 from devstack.processes import descendants
@@ -169,33 +170,53 @@ def direct_load(http: httpx.Client, url: str, name: str, path: str) -> None:
     response.raise_for_status()
 
 
-def route(world: World, first: CloudEvent, function: str | None = None) -> list[tuple[str, str, int]]:
-    """Deliver `first` (to `function`, else by the Triggers), then every reply by the Triggers,
-    synchronously and breadth first, until nothing is left: the broker's routing without the
-    broker. Returns (function, event type, HTTP status) per delivery."""
-    from devstack.eventing.triggers import KNATIVE_DIR, load_triggers, render, subscriber_service
+class Router:
+    """The Broker's routing without the Broker: deliver an event to `function` (else by the
+    Triggers), then every reply by the Triggers, synchronously and breadth first.
+    The Triggers are those the API server holds, read once (as Knative's broker reads them):
+    rendering the manifests again (`kubectl kustomize`) takes seconds on this machine."""
 
-    triggers = load_triggers(render(KNATIVE_DIR))
-    delivered: list[tuple[str, str, int]] = []
-    queue: list[tuple[str | None, CloudEvent]] = [(function, first)]
-    while queue:
-        target, current = queue.pop(0)
-        if target is not None:
-            destinations = [target]
-        else:
-            attrs = current.get_attributes()
-            destinations = []
-            for trigger in triggers:
-                name = (subscriber_service(trigger.subscriber) or "").removeprefix("loraflow-")
-                if name in world.host.urls and trigger.matches(attrs) and name not in destinations:
-                    destinations.append(name)
-        for name in destinations:
-            response = world.post(name, current)
-            delivered.append((name, current["type"], response.status_code))
-            reply = reply_of(response)
-            if reply is not None:
-                queue.append((None, reply))
-    return delivered
+    def __init__(self, world: World) -> None:
+        self.world = world
+        docs = [
+            item
+            for plural in ("brokers", "triggers")
+            for item in world.custom.list_namespaced_custom_object(
+                "eventing.knative.dev", "v1", "loraflow", plural
+            )["items"]
+        ]
+        self.triggers: list[Trigger] = load_triggers(docs)
+        self.failed: list[tuple[str, str, int]] = []
+        """(function, event type, status) of every delivery not answered 200/204."""
+
+    def destinations(self, event: CloudEvent) -> list[str]:
+        found: list[str] = []
+        for trigger in self.triggers:
+            name = (subscriber_service(trigger.subscriber) or "").removeprefix("loraflow-")
+            if name in self.world.host.urls and trigger.matches(event.get_attributes()) and name not in found:
+                found.append(name)
+        return found
+
+    def deliver(self, first: CloudEvent, function: str | None = None) -> list[tuple[str, str, int]]:
+        """Deliver until nothing is left; (function, event type, HTTP status) per delivery."""
+        queue: list[tuple[str | None, CloudEvent]] = [(function, first)]
+        delivered: list[tuple[str, str, int]] = []
+        while queue:
+            target, current = queue.pop(0)
+            for name in [target] if target is not None else self.destinations(current):
+                response = self.world.post(name, current)
+                delivered.append((name, current["type"], response.status_code))
+                if response.status_code not in (200, 204):
+                    self.failed.append(delivered[-1])
+                reply = reply_of(response)
+                if reply is not None:
+                    queue.append((None, reply))
+        return delivered
+
+
+def route(world: World, first: CloudEvent, function: str | None = None) -> list[tuple[str, str, int]]:
+    """One event routed until nothing is left: (function, event type, HTTP status) per delivery."""
+    return Router(world).deliver(first, function)
 
 
 def spawn(
