@@ -127,7 +127,7 @@ def decide(
     if frozen_problem is not None:
         kept = [r for r in status.frozen or [] if r.file_set != status.file_set] or None
     if current is not None and current.status == "True" and frozen_problem is not None:
-        message = f"the frozen copy of the verified set is not it any more ({frozen_problem}); freezing again"
+        message = f"freezing the verified set: {frozen_problem}"
         generation = adapter.metadata.generation
         conds = conditions.set_condition(
             conds, phase.READY, "Unknown", phase.AWAITING_VERIFICATION, message[:1024], generation, now
@@ -164,14 +164,18 @@ def declared_changed(adapter: LoRAAdapter, listing: Sequence[StoredFile]) -> boo
 
 def frozen_problem(deps: Deps, adapter: LoRAAdapter, directory: str) -> str | None:
     """Why the frozen copy of the verified set (status.fileSet) is no longer it, listing its
-    directory once; None when it is, or when there is none to check (not Ready)."""
+    directory once; None when it is, or when there is none to check (not Ready). A Ready
+    adapter whose verified set has no frozen copy (verified before copies were frozen) has
+    none to serve from: verify freezes it, as it would a lost one."""
     status = adapter.status
-    record = frozen.current(status.frozen, status.file_set) if status is not None else None
     ready = conditions.find(status.conditions, phase.READY) if status is not None else None
-    if record is None or ready is None or ready.status != "True":
+    if status is None or status.file_set is None or ready is None or ready.status != "True":
         return None  # only while Ready: the recorded sizes are then the verified set's
-    if facts.file_set(adapter.declared_md5s()) != record.file_set:
+    if facts.file_set(adapter.declared_md5s()) != status.file_set:
         return None  # the spec declares another set now: verify rules on it first
+    record = frozen.current(status.frozen, status.file_set)
+    if record is None:
+        return "it has no frozen copy yet (verified before copies were frozen, or its record was lost)"
     sizes = {p: f.size for p, f in adapter.recorded_files().items()}
     listed = [(f.path, f.size, f.md5) for f in deps.storage.stat_dir(record.path)]
     kept = deps.storage.copy_checks_md5

@@ -530,15 +530,21 @@ def _lifecycle(
 
 def frozen_drift(obj: Obj) -> str | None:
     """Why a vllm adapter's frozen sets need verify (reached through stat's reply): a retired
-    set no pod serves waits to be deleted (verify deletes it once the grace period has passed).
-
-    An adapter verified before sets were frozen has no record and is not nudged: it is served
-    from its upload directory until its next verify, as it was."""
+    set no pod serves waits to be deleted (verify deletes it once the grace period has passed),
+    or a Ready adapter's verified set has no frozen copy (verified by a release before copies
+    were frozen, or its record lost), so its pods still read the tenant's upload directory."""
     status = facts.status(obj)
     records = [r for r in status.get("frozen") or [] if isinstance(r, dict)]
     served = {s.get("fileSet") for s in status.get("served") or [] if isinstance(s, dict)}
     if any(r.get("retiredAt") and r.get("fileSet") not in served for r in records):
         return "a retired frozen file set no pod serves waits to be deleted"
+    verified = status.get("fileSet")
+    if (
+        verified
+        and facts.condition_true(obj, reasons.READY)
+        and not any(r.get("fileSet") == verified and not r.get("retiredAt") for r in records)
+    ):
+        return "the verified file set has no frozen copy yet"
     return None
 
 

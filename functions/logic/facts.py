@@ -208,7 +208,8 @@ def vllm_adapter(obj: Obj, mount_root: str, config: ConfigVerdict | None = None)
     directory = _storage_dir(status_, spec_, namespace, name)
     serve, fs = _vllm_serve(deleting_, spec_, status_)
     # the frozen copy of the set to serve: what the engines read is then what was verified;
-    # an adapter verified before sets were frozen is served from its upload directory
+    # an adapter verified before sets were frozen is served from its upload directory until
+    # resync has the set frozen (drift.frozen_drift)
     frozen = frozen_dir_of(status_, fs) if serve != "drop" and fs and status_.get("frozen") else None
     where = frozen or directory
     try:

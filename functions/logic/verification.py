@@ -135,7 +135,15 @@ def decide(
         # next stat or resync nudge tries the freeze again
         verdict = integrity.Verdict("Unknown", refusal.reason, refusal.message, True)
     kept = status.frozen if records is None else records
+    served = status.served
+    unfrozen_served = False
     if verdict.status == "True" and isinstance(frozen, FrozenSet):
+        if logic_frozen.current(status.frozen, frozen.file_set) is None:
+            # frozen just now: a pod serving this set read it from elsewhere (the upload
+            # directory, under a release before sets were frozen, or a copy since deleted), so
+            # load must list it and replace that copy with the frozen one
+            unfrozen_served = any(r.file_set == frozen.file_set for r in served or ())
+            served = [r for r in served or () if r.file_set != frozen.file_set] or None
         kept = logic_frozen.with_current(kept, frozen, now)
     elif verdict.status != "True" and not holding:
         kept = logic_frozen.with_current(kept, None, now)  # nothing verified: no pod keeps it
@@ -169,6 +177,11 @@ def decide(
                 reasons.UPDATING,
                 "a newer verified file set is being loaded into the pods that serve this adapter",
             )
+        elif unfrozen_served:
+            taken_back = (
+                reasons.UPDATING,
+                "the pods that serve this adapter are being moved to the frozen copy of its verified set",
+            )
         else:
             taken_back = None
         if taken_back is not None:
@@ -181,6 +194,7 @@ def decide(
             "conditions": conds,
             "file_set": file_set,
             "frozen": kept or None,
+            "served": served,
             "upload_complete": verdict.upload_complete,
             "phase": phase_,
             "ready": ready,

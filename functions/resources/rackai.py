@@ -51,7 +51,8 @@ class StorageRef(WireModel):
 
 
 class ServedRecord(WireModel):
-    """One pod and the verified file set it was loaded from (load, reload and unload keep these)."""
+    """One pod and the verified file set it was loaded from (load, reload and unload keep these;
+    verify drops those of a set it has just frozen, which the pod read from elsewhere)."""
 
     pod: str
     file_set: str

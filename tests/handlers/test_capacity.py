@@ -233,8 +233,9 @@ def test_a_lost_residency_write_is_found_by_resync_and_load_writes_it_again() ->
     md = model_deployment(NS, "d1", ["a1", "a2"])
     pods = [pod(NS, "d1-0", md, "10.3.0.1")]
     pods[0]["spec"]["containers"][0]["args"] = ["--max-cpu-loras=1"]
-    files = {f"/loraadapters/{NS}/m1/{n}/adapter_config.json": CONFIG for n in ("a1", "a2")}
-    cluster = Cluster(vllm_adapter(NS, "a1"), vllm_adapter(NS, "a2"), md, *pods, files=files)
+    adapters = [vllm_adapter(NS, n, frozen=True) for n in ("a1", "a2")]
+    files = {a["status"]["frozen"][0]["path"] + "adapter_config.json": CONFIG for a in adapters}
+    cluster = Cluster(*adapters, md, *pods, files=files)
     cluster.run(load, adapter_event(ADAPTER_READY, VLLM_ADAPTER, NS, "a1"))
     cluster.run(load, adapter_event(ADAPTER_READY, VLLM_ADAPTER, NS, "a2"))
     broker = cluster.deps.broker

@@ -25,6 +25,7 @@ from events.domain import (
 )
 from functions import load, reload, resync, stat, verify
 from functions.edge.bootstrap import Deps
+from functions.logic import drift
 from functions.logic.facts import file_set
 from functions.resources.kinds import VLLM_ADAPTER
 from functions.settings import Settings
@@ -359,3 +360,34 @@ def test_a_pod_that_restarts_mid_retrain_loads_one_whole_verified_set() -> None:
         for p in cluster.pods
         for root in cluster.engines.engine(url_of(p)).loaded.values()
     )
+
+
+def test_an_adapter_verified_before_sets_were_frozen_is_frozen_and_replaced_in_place() -> None:
+    """As an older release left it: Ready, no frozen record, every pod serving the tenant's
+    upload directory. resync's nudge to stat leads to verify freezing the verified set, and load
+    points every pod at the frozen copy in place (no unload, no gap)."""
+    weights = b"W" * 4096
+    cluster = Cluster(weights)
+    cluster.pipeline()
+    directory = frozen_dir({CONFIG: md5(CONFIG_BYTES), WEIGHTS: md5(weights)})
+    cluster.storage.delete_tree(directory)
+    obj = cluster.kube.get(VLLM_ADAPTER, NS, NAME)
+    assert obj is not None
+    del obj["status"]["frozen"]
+    cluster.kube.put(obj)
+    for p in cluster.pods:
+        engine = cluster.engines.engine(url_of(p))
+        engine.loaded[NAME] = MOUNT + UPLOAD.rstrip("/")
+        engine.calls.clear()
+    assert drift.frozen_drift(obj) == "the verified file set has no frozen copy yet"
+    reply = nudged_stat(cluster)
+    assert reply is not None and reply["type"] == ADAPTER_READY
+    assert cluster.storage.files[directory + "adapter_model.safetensors"] == weights
+    assert [r["path"] for r in cluster.status()["frozen"]] == [directory]
+    load.handle(cluster.event(ADAPTER_READY), cluster.deps)
+    assert cluster.loaded_roots() == {MOUNT + directory.rstrip("/")}
+    for p in cluster.pods:
+        calls = [op for op, _ in cluster.engines.engine(url_of(p)).calls]
+        assert "unload" not in calls and calls[-1] == "load-inplace"
+    settled = cluster.kube.get(VLLM_ADAPTER, NS, NAME)
+    assert settled is not None and drift.frozen_drift(settled) is None

@@ -10,6 +10,7 @@ from cloudevents.http import CloudEvent
 
 from events.domain import STEP_EXTENSION
 from functions.logic.facts import file_set
+from functions.logic.paths import frozen_dir
 from functions.resources.kinds import (
     INFERENCE_SERVICE,
     INFERENCE_SERVICE_LABEL,
@@ -43,9 +44,13 @@ def vllm_adapter(
     model: str = "m1",
     md5s: dict[str, str] | None = None,
     ready: bool = True,
+    frozen: bool = False,
     **status: Any,
 ) -> Obj:
-    """A vllm LoRAAdapter as verify leaves it when its declared files matched (Ready=True)."""
+    """A vllm LoRAAdapter as verify leaves it when its declared files matched (Ready=True).
+    `frozen`: with the record of its verified set's frozen copy, as verify writes today; without
+    it the adapter is as a release before frozen copies left it (served from its upload
+    directory until resync has it frozen)."""
     md5s = (
         md5s
         if md5s is not None
@@ -62,6 +67,9 @@ def vllm_adapter(
     }
     if ready:
         base["fileSet"] = file_set(md5s)
+    if ready and frozen:
+        copy = frozen_dir(namespace, model, name, base["fileSet"])
+        base["frozen"] = [{"fileSet": base["fileSet"], "path": copy, "size": 1, "frozenAt": STAMP}]
     return {
         "apiVersion": VLLM_ADAPTER.api_version,
         "kind": VLLM_ADAPTER.kind,

@@ -60,3 +60,16 @@ def test_a_retired_set_a_pod_still_serves_is_no_reason() -> None:
     assert not [n for n in drift(snapshot, MOUNT) if "frozen" in n.reason]
     only_current = Snapshot(v1=[adapter([CURRENT], [record(CURRENT, False)])])
     assert not [n for n in drift(only_current, MOUNT) if "frozen" in n.reason]
+
+
+def test_a_ready_adapter_without_a_frozen_copy_of_its_verified_set_nudges_stat() -> None:
+    """Verified by a release before sets were frozen (or its record lost): its pods read the
+    tenant's upload directory until verify freezes the set."""
+    for records in ([], [record(CURRENT, True)], [record(OLD, False)]):
+        snapshot = Snapshot(v1=[adapter([CURRENT], records)])
+        reasons = [n.reason for n in drift(snapshot, MOUNT) if n.step == "stat"]
+        assert "the verified file set has no frozen copy yet" in reasons
+        assert steady(snapshot, MOUNT) == frozenset()
+    not_ready = adapter([CURRENT], [])
+    not_ready["status"]["conditions"][0]["status"] = "Unknown"
+    assert not [n for n in drift(Snapshot(v1=[not_ready]), MOUNT) if "frozen" in n.reason]

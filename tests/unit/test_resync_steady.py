@@ -35,7 +35,8 @@ SLOTS = {"d0-0": 2, "d0-1": 8}
 
 
 def _root(name: str, model: str = "m1") -> str:
-    return f"{MOUNT}/loraadapters/{NS}/{model}/{name}"
+    """Where load points the engines: the frozen copy of the adapter's verified set."""
+    return MOUNT + vllm_adapter(NS, name, model, frozen=True)["status"]["frozen"][0]["path"].rstrip("/")
 
 
 def in_sync() -> drift.Snapshot:
@@ -56,7 +57,7 @@ def in_sync() -> drift.Snapshot:
     }
     v1 = []
     for name in ADAPTERS:
-        obj = vllm_adapter(NS, name)
+        obj = vllm_adapter(NS, name, frozen=True)
         status = obj["status"]
         used = sorted(md for md, names in NAMED.items() if name in names)
         pods = sorted(pod for md in used for pod in PODS[md])
