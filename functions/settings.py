@@ -35,6 +35,10 @@ class Settings(BaseModel):
     filer_url: str = "http://seaweedfs-filer.seaweedfs:8888"
     filer_page_size: int = Field(default=1000, ge=1, le=100000)
     status_max_files: int = Field(default=1000, ge=1, le=5000)
+    filer_token_file: str | None = None
+    """A file holding the filer write token (a JWT signed with the filer's `jwt.filer_signing`
+    key): sent as `Authorization: Bearer` on every write and delete, read again each time so
+    that a mounted Secret rotates it. Unset, or the file absent: no header."""
     s3_endpoint: str | None = None
     s3_bucket: str = "loraadapters"
     s3_region: str = "us-east-1"

@@ -59,6 +59,12 @@ def build_parser() -> argparse.ArgumentParser:
     up.add_argument("--name", required=True, help="LoRAAdapter name (also the vLLM lora_name)")
     up.add_argument("--namespace", "-n", help="namespace (default: kubeconfig context, else default)")
     up.add_argument("--filer-url", help="SeaweedFS filer URL (default: endpoints file, $LORAFLOW_FILER_URL)")
+    up.add_argument(
+        "--filer-token-file",
+        metavar="FILE",
+        type=Path,
+        help="file holding the filer write token (default: $LORAFLOW_FILER_TOKEN, the endpoints file)",
+    )
     up.set_defaults(run=_upload)
 
     st = commands.add_parser(
@@ -91,11 +97,12 @@ def _namespace(args: argparse.Namespace, target: Target) -> str:
 
 
 def _upload(args: argparse.Namespace) -> int:
-    from loraflow.connect import kube_client, resolve
+    from loraflow.connect import filer_token, kube_client, resolve
     from loraflow.upload import upload
 
     target = resolve(args.endpoints, args.kubeconfig, filer_url=args.filer_url)
     namespace = _namespace(args, target)
+    token = filer_token(target, namespace, args.filer_token_file)
     out = _console()
     report = upload(
         args.directory,
@@ -106,6 +113,7 @@ def _upload(args: argparse.Namespace) -> int:
         lambda: kube_client(target),
         _console(stderr=True),
         target.filer_root,
+        token,
     )
     _print_upload(out, report, namespace, args.name, args.model)
     return 0

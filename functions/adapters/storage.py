@@ -10,6 +10,10 @@ A missing MD5 is reported as None; the caller decides to hash by streaming or to
 Every filer URL carries its path percent-encoded (`quote_path`): the filer decodes the URL
 path, so a name with `?`, `#`, `%` or a space sent raw would name another file (`w?x=1` read
 as `w` with a query) or none.
+
+A filer started with `[jwt.filer_signing]` refuses every write and delete without a bearer JWT
+(reads stay open): `FilerStorage` sends loraflow's token from `Settings.filer_token_file` on
+each, and a tenant's token, scoped to its upload folder, cannot write the frozen sets.
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ import time
 import urllib.parse
 from collections import OrderedDict
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any, Protocol, Required
 
 from pydantic import TypeAdapter, ValidationError
@@ -194,15 +199,36 @@ class ContentCache:
         return content
 
 
+def bearer(token_file: str | None) -> dict[str, str]:
+    """`Authorization: Bearer` with the token in `token_file` ({} when there is none): read at
+    each use, since a mounted Secret is replaced in place when it rotates."""
+    if not token_file:
+        return {}
+    try:
+        token = Path(token_file).read_text(encoding="utf-8").strip()
+    except FileNotFoundError:
+        return {}
+    except (OSError, UnicodeDecodeError) as err:
+        raise StorageUnavailable(f"filer token file {token_file}: {err}") from err
+    return {"Authorization": f"Bearer {token}"} if token else {}
+
+
 class FilerStorage:
     def __init__(
-        self, base_url: str, page_size: int, timeout: float = 30.0, through: transport.Transport | None = None
+        self,
+        base_url: str,
+        page_size: int,
+        timeout: float = 30.0,
+        through: transport.Transport | None = None,
+        token_file: str | None = None,
     ) -> None:
-        """`through`: the transport to send on (default: one made for `base_url`)."""
+        """`through`: the transport to send on (default: one made for `base_url`); `token_file`:
+        the filer write token sent on writes and deletes (Settings.filer_token_file)."""
         self._base = base_url.rstrip("/")
         self._transport = through or transport.connect(self._base, timeout=timeout)
         self._page_size = page_size
         self._timeout = timeout
+        self._token_file = token_file
 
     def stat_dir(self, directory: str) -> list[StoredFile]:
         files: list[StoredFile] = []
@@ -280,6 +306,7 @@ class FilerStorage:
             "Content-MD5": digest,
             "Content-Type": "application/octet-stream",
             "Content-Length": str(size),
+            **bearer(self._token_file),
         }
         try:
             with self._transport.exchange("GET", quote_path(source), IDENTITY, None, self._long()) as got:
@@ -303,7 +330,7 @@ class FilerStorage:
     def delete_tree(self, directory: str) -> None:
         target = f"{quote_path(directory.rstrip('/'))}?recursive=true"
         try:
-            status = self._transport.request("DELETE", target, {}, None).status
+            status = self._transport.request("DELETE", target, bearer(self._token_file), None).status
         except transport.TransportError as err:
             raise StorageUnavailable(f"filer DELETE {directory}: {err}") from err
         if status >= 300 and status != 404:
@@ -524,4 +551,4 @@ def build_storage(settings: Settings) -> Storage:
 
         s3 = boto3.client("s3", endpoint_url=settings.s3_endpoint, region_name=settings.s3_region)
         return S3Storage(s3, settings.s3_bucket)
-    return FilerStorage(settings.filer_url, settings.filer_page_size)
+    return FilerStorage(settings.filer_url, settings.filer_page_size, token_file=settings.filer_token_file)

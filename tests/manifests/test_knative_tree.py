@@ -234,6 +234,28 @@ def test_function_service(service: Obj) -> None:
     assert concurrency > 0 and env["THREADS"] == str(concurrency + 2)
 
 
+def test_only_verify_holds_the_filer_write_token() -> None:
+    """verify alone writes the filer (it freezes and deletes frozen sets): it reads loraflow's
+    write token from a file of the optional Secret loraflow-filer-token, so a rotation reaches
+    the running pod; no other function gets it."""
+    for service in FUNCTION_SERVICES:
+        spec = service["spec"]["template"]["spec"]
+        env = env_of(service)
+        if service["metadata"]["name"] != "loraflow-verify":
+            assert "LORAFLOW_FILER_TOKEN_FILE" not in env
+            assert not any((v.get("secret") or {}).get("secretName") == "loraflow-filer-token"
+                           for v in spec.get("volumes") or [])  # fmt: skip
+            continue
+        (volume,) = [v for v in spec["volumes"] if v["name"] == "filer-token"]
+        assert volume["secret"]["secretName"] == "loraflow-filer-token"
+        assert volume["secret"]["optional"] is True  # a filer without a signing key needs none
+        (mount,) = [m for m in container(service)["volumeMounts"] if m["name"] == "filer-token"]
+        assert mount["readOnly"] is True
+        key_path = volume["secret"]["items"][0]["path"]
+        assert env["LORAFLOW_FILER_TOKEN_FILE"] == f"{mount['mountPath']}/{key_path}"
+        assert Settings.from_env(env).filer_token_file == env["LORAFLOW_FILER_TOKEN_FILE"]
+
+
 def test_the_dead_letter_sink_is_our_function() -> None:
     (sink,) = [s for s in of_kind("Service") if s["metadata"]["name"] == "loraflow-dead-letters"]
     assert env_of(sink)["FUNCTION_TARGET"] == "dead_letters" in main_py_functions()

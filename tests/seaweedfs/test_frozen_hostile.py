@@ -1,10 +1,11 @@
 """A tenant against the frozen area, on the real SeaweedFS 4.48.
 
 Through the S3 gateway no key reaches `/loraflow-frozen/` (`..` in any encoding is refused or
-stored as a literal name inside the bucket). The filer's HTTP API, open to whoever can reach
-it (no signing key in the embedded stack), resolves `..` and writes there: loraflow notices the
-change on its next stat (a nudge, a full resync), takes Ready back and freezes the set again
-from verified storage, or fails the adapter with the reason. stat, verify and load run here as
+stored as a literal name inside the bucket). The filer's HTTP API without a signing key (the
+session's shared server; test_filer_write_tokens.py shows a signed filer refusing all of this)
+resolves `..` and writes there: loraflow notices the change on its next stat (a nudge, a full
+resync), takes Ready back and freezes the set again from verified storage, or fails the adapter
+with the reason. stat, verify and load run here as
 handlers on the real storage (the Kubernetes API and the engines are fakes).
 """
 
@@ -170,7 +171,7 @@ def test_a_filer_write_into_the_frozen_area_is_noticed_and_undone(seaweed: Share
     assert adapter.filer.read(adapter.frozen + "adapter_model.safetensors") == tampered
     assert stat.handle(adapter.event(ADAPTER_ADMITTED), adapter.deps) is not None
     status, reason, message = adapter.ready()
-    assert (status, reason) == ("Unknown", "AwaitingVerification") and "frozen copy" in message
+    assert (status, reason) == ("Unknown", "AwaitingVerification") and "freezing the verified set" in message
     assert verify.handle(adapter.event(ADAPTER_STAT_COMPLETED), adapter.deps) is not None
     assert adapter.ready()[:2] == ("True", "IntegrityVerified")
     assert adapter.filer.read(adapter.frozen + "adapter_model.safetensors") == adapter.weights

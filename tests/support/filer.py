@@ -19,9 +19,11 @@ from functions.adapters.storage import quote_path
 class FilerClient:
     """Closes its connections on close() or at the end of a `with` block."""
 
-    def __init__(self, url: str) -> None:
+    def __init__(self, url: str, token: str | None = None) -> None:
+        """`token`: the filer write JWT to send (a filer with `jwt.filer_signing` needs one)."""
         self.url = url.rstrip("/")
-        self._http = httpx.Client(base_url=self.url, timeout=30)
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        self._http = httpx.Client(base_url=self.url, timeout=30, headers=headers)
 
     def __enter__(self) -> FilerClient:
         return self
