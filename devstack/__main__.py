@@ -49,7 +49,7 @@ def serve(endpoints_file: Path, ping_period: float | None) -> int:
 
     previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
-        with Stack(ping_period=ping_period) as stack:
+        with Stack(ping_period=ping_period, filer_signing=True) as stack:
             write_kubeconfig(stack, kubeconfig)
             write_endpoints(stack, endpoints_file)
             print(f"loraflow devstack up; endpoints in {endpoints_file} (Ctrl-C to stop)", flush=True)

@@ -498,7 +498,7 @@ def main() -> int:
     quiet_logs()
     started = time.monotonic()
     console.print("[bold]loraflow demo[/]: starting the embedded stack ...")
-    with Stack(ping_period=5) as stack:
+    with Stack(ping_period=5, filer_signing=True) as stack:
         console.print(
             f"  [green]✓[/] stack up in {time.monotonic() - started:.2f}s (broker {stack.broker.url})"
         )

@@ -20,6 +20,12 @@ the filer's HTTP API) or "s3" (uploads through the real S3 gateway into the buck
 /buckets/loraadapters). The functions reach the filer through a FaultProxy (`stack.filer`),
 so a test can make it fail without touching the real server (`stack.seaweed`).
 
+`filer_signing=True` (what `make run` and `make serve` start): the stack's own SeaweedFS requires
+a write token (`[jwt.filer_signing]`, devstack.seaweedfs.tokens). The functions get loraflow's
+unscoped token in a file (LORAFLOW_FILER_TOKEN_FILE), `upload()` sends the token of the namespace
+it writes into (scoped to `/loraadapters/<ns>`), and `endpoints()` lists a tenant token per
+namespace for the CLI. A shared server keeps the key it was started with.
+
 The webhook goes through a WebhookRelay (`stack.relay`) that forwards each delivery to ingest
 unchanged; it lets `settle()` know when the filer's notifications are out, and lets a test
 session share one SeaweedFS between stacks (`seaweed=devstack.seaweedfs.shared()`).
@@ -68,10 +74,12 @@ from devstack.eventing.triggerwatch import TriggerWatch
 from devstack.functions_host import FUNCTIONS, FunctionHost, ProcessFunctionHost, launch_source
 from devstack.kubernetes import Kube, prepared
 from devstack.seaweedfs import BUCKET, MOUNT_ROOT, FaultProxy, SeaweedServer, Shared, Webhook, WebhookRelay
+from devstack.seaweedfs.tokens import loraflow_token
 from devstack.supervisor import Supervisor
 from devstack.workload import Workload
 from functions.adapters.storage import quote_path
 from functions.edge.bootstrap import reset_deps
+from functions.logic.paths import STORAGE_ROOT, is_label
 
 log = logging.getLogger("devstack.stack")
 
@@ -88,6 +96,8 @@ Notifications = Literal["webhook", "source", "both"]
 SOURCE_COMPONENT = "filer-source"
 SOURCE_ACCOUNT = "loraflow-filer-source"
 SOURCE_PROCESS = "filer-source"
+FUNCTIONS_TOKEN_TTL_S = 365 * 86400
+"""The functions' filer token is written once at start: it outlives any `make serve`."""
 
 
 def storage_from_env() -> Storage:
@@ -156,6 +166,7 @@ class Stack:
         filer_proxy: bool = True,
         kube_proxy: bool = True,
         notifications: Notifications | None = None,
+        filer_signing: bool = False,
     ) -> None:
         self._own_dir = data_dir is None
         self.base = (
@@ -192,6 +203,7 @@ class Stack:
         self.function_env = dict(function_env or {})
         self.function_processes = function_processes
         self.filer_proxy = filer_proxy
+        self.filer_signing = filer_signing
         self.kube_proxy = kube_proxy
         self.webhook_token = seaweed.webhook_token if seaweed is not None else secrets.token_hex(16)
         self._stoppers: list[tuple[int, Callable[[], None]]] = []
@@ -277,11 +289,17 @@ class Stack:
                 webhook=Webhook(self.relay.url, bearer_token=self.webhook_token),
                 s3=self.storage == "s3",
                 base_dir=self.base / "seaweedfs",
+                signing_key=secrets.token_hex(32) if self.filer_signing else None,
             ).start()
             self._on_stop(self.seaweed.stop)
         self.filer = FaultProxy(self.seaweed.url).start()
         self._on_stop(self.filer.stop)
         self.http = httpx.Client(timeout=30)  # the stack's and its users' client: closed at stop
+        self.filer_token_file: Path | None = None
+        if self.seaweed.signing_key is not None:
+            self.filer_token_file = self.base / "filer-token"
+            self.filer_token_file.write_text(loraflow_token(self.seaweed.signing_key, FUNCTIONS_TOKEN_TTL_S))
+            self.filer_token_file.chmod(0o600)
         self._on_stop(self.http.close, tier=4)
         if self.storage == "s3":
             self.s3 = boto3.client("s3", endpoint_url=self.seaweed.s3_url, **_boto_credentials())
@@ -330,6 +348,7 @@ class Stack:
             "LORAFLOW_BROKER_URL": self.broker.url,
             "K_SINK": self.broker.url,
             "LORAFLOW_WEBHOOK_TOKEN": self.webhook_token,
+            **({"LORAFLOW_FILER_TOKEN_FILE": str(self.filer_token_file)} if self.filer_token_file else {}),
             "LORAFLOW_ENGINE_TIMEOUT": "5",
             **self.function_env,
         }
@@ -428,7 +447,9 @@ class Stack:
         if self.storage == "s3":
             self.s3.put_object(Bucket=self.bucket, Key=path.lstrip("/"), Body=content)
         else:
-            self.http.put(self.seaweed.url + quote_path(path), content=content).raise_for_status()
+            headers = self.seaweed.write_headers(tenant_of(path))
+            put = self.http.put(self.seaweed.url + quote_path(path), content=content, headers=headers)
+            put.raise_for_status()
 
     def settle(self, timeout: float = 10.0, quiet: float = 0.3) -> bool:
         """Wait until the filer's notifications so far are out, then until the broker had
@@ -438,9 +459,10 @@ class Stack:
         delivered = True
         if self.notifications != "source":
             marker = f"/.settle/{secrets.token_hex(8)}"
-            self.http.put(self.seaweed.url + marker, content=b"").raise_for_status()
+            ours = self.seaweed.write_headers()
+            self.http.put(self.seaweed.url + marker, content=b"", headers=ours).raise_for_status()
             delivered = self.relay.await_key(marker, timeout)
-            self.http.delete(self.seaweed.url + marker)
+            self.http.delete(self.seaweed.url + marker, headers=ours)
         if self.notifications != "webhook":
             delivered = self._source_barrier(timeout) and delivered
         idle = self.broker.wait_idle(timeout, quiet=quiet)
@@ -456,7 +478,8 @@ class Stack:
         key = f"/loraadapters/.settle/{secrets.token_hex(8)}"
         filer_path = (f"/buckets/{self.bucket}" if self.storage == "s3" else "") + key
         seq = max((e["seq"] for e in self.broker.log.since(0)), default=0)
-        self.http.put(self.seaweed.url + filer_path, content=b"").raise_for_status()
+        ours = self.seaweed.write_headers()
+        self.http.put(self.seaweed.url + filer_path, content=b"", headers=ours).raise_for_status()
         deadline = time.monotonic() + timeout
         try:
             while time.monotonic() < deadline:
@@ -466,7 +489,7 @@ class Stack:
                 time.sleep(0.01)
             return False
         finally:
-            self.http.delete(self.seaweed.url + filer_path)
+            self.http.delete(self.seaweed.url + filer_path, headers=ours)
 
     @property
     def core(self) -> client.CoreV1Api:
@@ -500,6 +523,22 @@ class Stack:
         found += [{**p, "supervised": True} for p in self.supervisor.processes()]
         return found
 
+    def filer_endpoints(self) -> dict[str, Any]:
+        """The filer's URL and, when it requires write tokens, a tenant token per namespace
+        there is now (the CLI's upload picks its namespace's; `serve` rewrites them each second,
+        so a new namespace gets one and none expires)."""
+        found: dict[str, Any] = {"url": self.filer.url}
+        if self.seaweed.signing_key is not None:
+            names = sorted(n.metadata.name for n in self.core.list_namespace().items)
+            found["tenant_tokens"] = {n: self.tenant_token(n) for n in names if is_label(n)}
+        return found
+
+    def tenant_token(self, namespace: str) -> str | None:
+        """The filer write token of a tenant writing into `namespace` (None: none needed)."""
+        roots = ("", f"/buckets/{self.bucket}") if self.storage == "s3" else ("",)
+        headers = self.seaweed.write_headers(namespace, roots)
+        return headers["Authorization"].removeprefix("Bearer ") if headers else None
+
     def endpoints(self) -> dict[str, Any]:
         """Everything a client needs, with exactly the keys `serve` writes to endpoints.json."""
         return {
@@ -511,12 +550,20 @@ class Stack:
                 "certificate_authority": str(self.kube.tls.ca_file),
                 "kubeconfig": str(self.admin_kubeconfig),
             },
-            "filer": {"url": self.filer.url},
+            "filer": self.filer_endpoints(),
             "storage": self.storage_endpoints(),
             "broker": {"url": self.broker.url},
             "functions": dict(self.functions.urls),
             "engines": self.engines(),
         }
+
+
+def tenant_of(path: str) -> str | None:
+    """The namespace whose upload folder `path` lies in (None: not an upload, the stack's own)."""
+    parts = path.split("/")
+    if len(parts) > 3 and "/".join(parts[:2]) == STORAGE_ROOT and is_label(parts[2]):
+        return parts[2]
+    return None
 
 
 @contextlib.contextmanager

@@ -84,7 +84,9 @@ def test_serve_writes_endpoints_and_stops_cleanly(served: tuple[subprocess.Popen
     assert endpoints["kubernetes"]["url"].startswith("https://")
     kubeconfig = path.parent / "kubeconfig"  # beside the endpoints file: .devstack/kubeconfig
     assert kubeconfig.stat().st_mode & 0o077 == 0, "it holds a token"
-    assert set(endpoints["filer"]) == {"url"} and set(endpoints["broker"]) == {"url"}
+    # `make serve`'s filer requires write tokens: one per namespace, scoped to its uploads
+    assert set(endpoints["filer"]) == {"url", "tenant_tokens"} and set(endpoints["broker"]) == {"url"}
+    tenant = {"Authorization": "Bearer " + endpoints["filer"]["tenant_tokens"]["default"]}
     storage = endpoints["storage"]
     assert set(storage) == (
         {"backend", "filer", "s3"} if storage["backend"] == "s3" else {"backend", "filer"}
@@ -123,9 +125,13 @@ def test_serve_writes_endpoints_and_stops_cleanly(served: tuple[subprocess.Popen
     assert httpx.get(engines[0]["url"] + "/v1/models").status_code == 200
 
     # httpx: the filer and the broker's event log
+    filer = endpoints["filer"]["url"]
     assert (
-        httpx.put(endpoints["filer"]["url"] + "/loraadapters/x/readme.txt", content=b"hi").status_code < 300
+        httpx.put(filer + "/loraadapters/default/readme.txt", content=b"hi", headers=tenant).status_code < 300
     )
+    assert httpx.put(filer + "/loraadapters/default/anonymous.txt", content=b"hi").status_code == 401
+    frozen = "/loraflow-frozen/default/m/a/0/readme.txt"
+    assert httpx.put(filer + frozen, content=b"hi", headers=tenant).status_code == 401
     log = eventually(
         lambda: [
             e
@@ -145,12 +151,14 @@ def test_serve_writes_endpoints_and_stops_cleanly(served: tuple[subprocess.Popen
             aws_access_key_id="any",
             aws_secret_access_key="any",
         )
-        s3.put_object(Bucket=storage["s3"]["bucket"], Key="loraadapters/x/m/a/readme.txt", Body=b"hi")
-        listed = s3.list_objects_v2(Bucket=storage["s3"]["bucket"], Prefix="loraadapters/x/")
-        assert [o["Key"] for o in listed["Contents"]] == ["loraadapters/x/m/a/readme.txt"]
+        s3.put_object(Bucket=storage["s3"]["bucket"], Key="loraadapters/default/m/a/readme.txt", Body=b"hi")
+        listed = s3.list_objects_v2(Bucket=storage["s3"]["bucket"], Prefix="loraadapters/default/")
+        assert [o["Key"] for o in listed["Contents"]] == ["loraadapters/default/m/a/readme.txt"]
         # the same object, seen through the filer (as the engines' mount sees it)
         bucket_dir = f"/buckets/{storage['s3']['bucket']}"
-        assert httpx.get(storage["filer"] + bucket_dir + "/loraadapters/x/m/a/readme.txt").content == b"hi"
+        assert (
+            httpx.get(storage["filer"] + bucket_dir + "/loraadapters/default/m/a/readme.txt").content == b"hi"
+        )
 
     # the filer source (both backends' notifications), and killed from outside: started again.
     # A first start follows the log from its own start on, which may come after the write above:
@@ -158,7 +166,11 @@ def test_serve_writes_endpoints_and_stops_cleanly(served: tuple[subprocess.Popen
     bucket_prefix = f"/buckets/{storage['s3']['bucket']}" if storage["backend"] == "s3" else ""
 
     def source_changes() -> list[dict[str, Any]]:
-        httpx.put(storage["filer"] + bucket_prefix + "/loraadapters/x/m/a/readme.txt", content=b"hi")
+        httpx.put(
+            storage["filer"] + bucket_prefix + "/loraadapters/default/m/a/readme.txt",
+            content=b"hi",
+            headers=tenant,
+        )
         return [
             e
             for e in httpx.get(endpoints["broker"]["url"] + "_devstack/events", params={"since": 0}).json()
@@ -172,7 +184,7 @@ def test_serve_writes_endpoints_and_stops_cleanly(served: tuple[subprocess.Popen
         what="a file.changed from the filer source (its ids name the log position)",
     )
     if storage["backend"] == "s3":
-        assert changed[0]["subject"] == "/loraadapters/x/m/a/readme.txt"
+        assert changed[0]["subject"] == "/loraadapters/default/m/a/readme.txt"
     os.kill(processes["filer-source"]["pid"], signal.SIGKILL)
     restarted = eventually(
         lambda: [
