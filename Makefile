@@ -60,21 +60,18 @@ serve: $(STAMP) kube ## Keep the embedded stack running in the foreground
 
 FAST := tests/unit tests/handlers
 SERVERS := tests/seaweedfs tests/kubernetes tests/cli tests/manifests tests/standins
-# The end-to-end tier runs apart: tests/conftest.py still lets the GC close a socket it leaves,
-# which must not land, as an error, on a test of another tier in the same process.
-STACK := tests/stack
 # The server tiers mostly wait on their servers, so more test processes than cores pay: each
 # process starts its own servers, and a module's tests stay in one process (its fixtures are
 # per module). TEST_WORKERS=0 runs them in this process, as before.
 TEST_WORKERS ?= 3
 XDIST := $(if $(filter 0,$(TEST_WORKERS)),-p no:xdist,-n $(TEST_WORKERS) --dist loadfile)
 
-# The servers' runs name their slowest tests: where the suite's time goes, in every CI log.
+# The servers' runs name their slowest tests: where the suite's time goes, in every CI log. The
+# last run holds every other tier (functions, reliability, stack, bench): each closes what it opens.
 test: $(STAMP) kube ## Run the test suite: the fast tier first (seconds), then the servers' tiers
 	$(WITH_PATH) $(PY) -m pytest -n 2 $(FAST)
 	$(WITH_PATH) $(PY) -m pytest $(XDIST) --durations=15 $(SERVERS)
-	$(WITH_PATH) $(PY) -m pytest $(XDIST) --durations=25 $(addprefix --ignore=,$(FAST) $(SERVERS) $(STACK))
-	$(WITH_PATH) $(PY) -m pytest $(XDIST) --durations=15 $(STACK)
+	$(WITH_PATH) $(PY) -m pytest $(XDIST) --durations=25 $(addprefix --ignore=,$(FAST) $(SERVERS))
 
 test-fast: $(STAMP) ## The pure tables and every handler on fakes (no server started)
 	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(PY) -m pytest $(FAST)

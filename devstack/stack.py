@@ -50,6 +50,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
+from functools import partial
 from pathlib import Path
 from typing import Any, Literal, get_args
 
@@ -72,7 +73,7 @@ from devstack.eventing.triggers import (
 )
 from devstack.eventing.triggerwatch import TriggerWatch
 from devstack.functions_host import FUNCTIONS, FunctionHost, ProcessFunctionHost, launch_source
-from devstack.kubernetes import Kube, prepared
+from devstack.kubernetes import Kube, close_client, prepared
 from devstack.seaweedfs import BUCKET, MOUNT_ROOT, FaultProxy, SeaweedServer, Shared, Webhook, WebhookRelay
 from devstack.seaweedfs.tokens import loraflow_token
 from devstack.supervisor import Supervisor
@@ -264,7 +265,7 @@ class Stack:
         self.kube.write_kubeconfig(admin)
         self.admin_kubeconfig = admin
         self.api = config.new_client_from_config(str(admin))
-        self._on_stop(self.api.close, tier=4)
+        self._on_stop(partial(close_client, self.api), tier=4)
 
     def _kubeconfig_for(self, service_account: str, proxied: bool = True) -> Path:
         """A kubeconfig holding a token of the ServiceAccount named in knative/rbac (TokenRequest);
@@ -403,7 +404,7 @@ class Stack:
         for manifest in of_kind(self.manifests, "ApiServerSource"):
             account = str((manifest.get("spec") or {}).get("serviceAccountName") or "default")
             api = config.new_client_from_config(str(self._kubeconfig_for(account, proxied=False)))
-            self._on_stop(api.close, tier=4)
+            self._on_stop(partial(close_client, api), tier=4)
             source = ApiServerSource(manifest, api, sink, source_url=self.kube.url).start()
             self._on_stop(source.stop, tier=0)
             self.sources.append(source)

@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import gc
 import os
-import warnings
 from collections.abc import Iterator
 from pathlib import Path, PurePath
 
@@ -14,13 +12,6 @@ from devstack.kubernetes import SEEDED
 from tests.support.testbed import Testbed, testbed
 
 TESTS = Path(__file__).resolve().parent
-LEAKY_TIERS = ("stack",)
-"""The tier that still leaves a socket to the GC: the embedded stack in the test process."""
-UNCLOSED_SOCKET = r"unclosed <(socket\.socket|ssl\.SSLSocket) "
-LEFT_TO_THE_GC = tuple((f"{tier}/", UNCLOSED_SOCKET) for tier in LEAKY_TIERS)
-"""(where, the ResourceWarning message) of what tests still leave for the garbage collector to
-close: a client socket to one of the servers the stack runs, dropped by one of its parts. Not
-an error there (every other warning is), until it is closed."""
 
 
 @pytest.fixture(scope="session")
@@ -47,19 +38,6 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             continue  # a test collected from outside tests/ belongs to no tier
         if len(where.parts) > 1:
             item.add_marker(where.parts[0])
-        for message in _left_to_the_gc(item):
-            item.add_marker(pytest.mark.filterwarnings(f"ignore:{message}:ResourceWarning"))
-
-
-def pytest_sessionfinish(session: pytest.Session) -> None:
-    """The garbage those tests left is collected under their filters, before pytest collects the
-    rest at exit (where only pyproject.toml's filters apply)."""
-    messages = {message for item in session.items for message in _left_to_the_gc(item)}
-    if messages:
-        with warnings.catch_warnings():
-            for message in messages:
-                warnings.filterwarnings("ignore", message, ResourceWarning)
-            gc.collect()
 
 
 def _under_tests(item: pytest.Item) -> PurePath | None:
@@ -67,10 +45,3 @@ def _under_tests(item: pytest.Item) -> PurePath | None:
         return item.path.resolve().relative_to(TESTS)
     except ValueError:
         return None
-
-
-def _left_to_the_gc(item: pytest.Item) -> list[str]:
-    where = _under_tests(item)
-    if where is None or os.environ.get("LORAFLOW_NO_GC_EXEMPTIONS"):
-        return []  # the variable shows what a folder still leaves, to close it
-    return [message for prefix, message in LEFT_TO_THE_GC if where.as_posix().startswith(prefix)]

@@ -27,7 +27,7 @@ from devstack.kubernetes.controlplane import ControlPlane
 from devstack.kubernetes.faultproxy import KubeFault, KubeFaultProxy
 from devstack.kubernetes.pki import Certificate
 
-__all__ = ["ControlPlane", "Kube", "KubeFault", "prepare", "prepared", "shared"]
+__all__ = ["ControlPlane", "Kube", "KubeFault", "close_client", "prepare", "prepared", "shared"]
 
 HERE = Path(__file__).resolve().parent
 KNATIVE_CRDS = HERE / "knative-crds"
@@ -54,6 +54,17 @@ def knative_crds() -> list[dict[str, Any]]:
         if (crd.get("spec") or {}).get("conversion", {}).get("strategy") == "Webhook":
             crd["spec"]["conversion"] = {"strategy": "None"}
     return crds
+
+
+def close_client(api: Any) -> None:
+    """Close a kubernetes ApiClient and its kept connections: its own close() ends only its thread pool."""
+    api.close()
+    manager = api.rest_client.pool_manager
+    for key in list(manager.pools.keys()):
+        pool = manager.pools.get(key)
+        if pool is not None:
+            pool.close()
+    manager.clear()
 
 
 def prepare(plane: ControlPlane, manifests: Iterable[Mapping[str, Any]]) -> None:

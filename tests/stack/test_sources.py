@@ -18,7 +18,7 @@ from devstack.eventing.apiserversource import ApiServerSource, guess_plural, lab
 from devstack.eventing.broker import BrokerClient
 from devstack.eventing.pingsource import PingSource, next_fire, ping_event
 from devstack.eventing.triggers import read_files
-from devstack.kubernetes import ControlPlane
+from devstack.kubernetes import ControlPlane, close_client
 from tests.support.wait import eventually
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -61,7 +61,7 @@ def api(plane: ControlPlane, tmp_path_factory: pytest.TempPathFactory) -> Iterat
     path = plane.write_kubeconfig(tmp_path_factory.mktemp("sources") / "kubeconfig")
     made = config.new_client_from_config(str(path))
     yield made
-    made.close()
+    close_client(made)
 
 
 @pytest.fixture
