@@ -75,7 +75,7 @@ from devstack.eventing.triggerwatch import TriggerWatch
 from devstack.functions_host import FUNCTIONS, FunctionHost, ProcessFunctionHost, launch_source
 from devstack.kubernetes import Kube, close_client, prepared
 from devstack.seaweedfs import BUCKET, MOUNT_ROOT, FaultProxy, SeaweedServer, Shared, Webhook, WebhookRelay
-from devstack.seaweedfs.tokens import loraflow_token
+from devstack.seaweedfs.tokens import loraflow_token, tenant_token
 from devstack.supervisor import Supervisor
 from devstack.workload import Workload
 from functions.adapters.storage import quote_path
@@ -536,9 +536,10 @@ class Stack:
 
     def tenant_token(self, namespace: str) -> str | None:
         """The filer write token of a tenant writing into `namespace` (None: none needed)."""
+        if self.seaweed.signing_key is None:
+            return None
         roots = ("", f"/buckets/{self.bucket}") if self.storage == "s3" else ("",)
-        headers = self.seaweed.write_headers(namespace, roots)
-        return headers["Authorization"].removeprefix("Bearer ") if headers else None
+        return tenant_token(self.seaweed.signing_key, namespace, filer_roots=roots)
 
     def endpoints(self) -> dict[str, Any]:
         """Everything a client needs, with exactly the keys `serve` writes to endpoints.json."""
