@@ -23,6 +23,7 @@ from typing import Any
 
 from devstack.kubernetes.pki import Certificate
 from devstack.seaweedfs.faultproxy import FaultProxy, _read_body
+from functions.transport.keepalive import connect_tls
 
 REASONS = {
     400: "BadRequest",
@@ -168,12 +169,24 @@ class KubeFaultProxy(FaultProxy):
         self._forward(request, body)
 
     def _connect(self) -> http.client.HTTPConnection:
-        return http.client.HTTPSConnection(*self._target, timeout=WATCH_READ_S, context=self._upstream_tls)
+        return _Upstream(*self._target, self._upstream_tls)
 
     def _unreachable(self, request: BaseHTTPRequestHandler, err: OSError) -> None:
         _status(
             request, 503, {**status_body(503, "", "", ""), "message": f"kube-apiserver unreachable: {err}"}
         )
+
+
+class _Upstream(http.client.HTTPConnection):
+    """kube-apiserver behind the proxy, over TLS made as the functions make theirs: a connection
+    cut by a stopping server is closed, not left to the collector."""
+
+    def __init__(self, host: str, port: int, context: ssl.SSLContext) -> None:
+        super().__init__(host, port, timeout=WATCH_READ_S)
+        self._tls = context
+
+    def connect(self) -> None:
+        self.sock = connect_tls(self._tls, self.host, self.port, self.host, self.timeout)
 
 
 def _status(request: BaseHTTPRequestHandler, code: int, body: dict[str, Any]) -> None:

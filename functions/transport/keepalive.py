@@ -112,6 +112,32 @@ def _send_counted(connection: _Connection, sock: socket.socket, data: bytes, dea
         view = view[sent:]
 
 
+def connect_tls(
+    context: ssl.SSLContext, host: str, port: int, server_name: str, timeout: float | None
+) -> ssl.SSLSocket:
+    """A TLS connection, its socket wrapped before it connects and closed on any failure.
+
+    `wrap_socket` of a socket already connected leaks the socket it makes when the peer resets
+    in between (`SSLSocket._create` raises its probe's ECONNRESET without closing it before
+    Python 3.11.8, python/cpython#113280), as a stopping server does to each connection it had
+    not accepted yet."""
+    family, kind, proto, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
+    raw = socket.socket(family, kind, proto)
+    try:
+        sock = context.wrap_socket(raw, server_hostname=server_name)
+    except BaseException:
+        raw.close()
+        raise
+    try:
+        sock.settimeout(timeout)
+        sock.connect(address)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    except BaseException:
+        sock.close()
+        raise
+    return sock
+
+
 def failure(method: str, target: str, err: BaseException) -> TransportError:
     """The transport's error for a failed round trip (a timeout: TransportTimeout)."""
     if isinstance(err, TransportError):
@@ -159,11 +185,14 @@ class _Connection(http.client.HTTPConnection):
         """The bound every socket call has now (None: each is bounded as it is made)."""
 
     def connect(self) -> None:
-        super().connect()
         if self._context is not None:
-            self.sock = self._context.wrap_socket(self.sock, server_hostname=self._server_name or self.host)
-        elif KERNEL_TIMEOUTS:
-            self.sock.settimeout(None)  # blocking: each call is bounded by the kernel (`_bound`)
+            self.sock = connect_tls(
+                self._context, self.host, self.port, self._server_name or self.host, self.timeout
+            )
+        else:
+            super().connect()
+            if KERNEL_TIMEOUTS:
+                self.sock.settimeout(None)  # blocking: each call is bounded by the kernel (`_bound`)
         self.per_call(self._read_timeout)
 
     def bound(self, timeout: float | None) -> None:

@@ -6,11 +6,16 @@ tests/kubernetes."""
 from __future__ import annotations
 
 import contextlib
+import gc
 import http.client
 import socket
+import ssl
 import struct
+import subprocess
+import sys
 import threading
 import time
+import warnings
 from collections.abc import Callable, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -19,6 +24,10 @@ import pytest
 
 from functions.transport import Deadline, KeepAlive, TransportError, TransportTimeout
 from functions.transport.keepalive import may_send_again
+
+ATTEMPTS = 2000
+"""Connections reset under a TLS connect: enough that some are reset between its TCP connect and
+its TLS wrap."""
 
 
 class Counting(ThreadingHTTPServer):
@@ -316,6 +325,45 @@ def test_a_new_connection_that_fails_is_a_transport_error_not_a_retry_loop(
     with pytest.raises(TransportError):
         keepalive(listener.url).request("GET", "/", {}, None)
     assert len(listener.accepted) == 1
+
+
+RESETTING_SERVER = """
+import socket, struct
+listener = socket.create_server(("127.0.0.1", 0), backlog=512)
+print(listener.getsockname()[1], flush=True)
+while True:
+    conn, _ = listener.accept()
+    conn.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    conn.close()
+"""
+
+
+@pytest.fixture
+def resetting() -> Iterator[str]:
+    """The address of a server that resets each connection as it accepts it, as a stopping
+    kube-apiserver does: in its own process, so its resets race the client's steps."""
+    server = subprocess.Popen([sys.executable, "-c", RESETTING_SERVER], stdout=subprocess.PIPE, text=True)
+    try:
+        assert server.stdout is not None
+        yield f"https://127.0.0.1:{int(server.stdout.readline())}"
+    finally:
+        server.kill()
+        server.wait()
+        assert server.stdout is not None
+        server.stdout.close()
+
+
+def test_tls_connections_a_stopping_server_resets_are_each_closed(
+    resetting: str, keepalive: Callable[..., KeepAlive]
+) -> None:
+    client = keepalive(resetting, context=ssl.create_default_context())
+    with warnings.catch_warnings(record=True) as warned:
+        warnings.simplefilter("always")
+        for _ in range(ATTEMPTS):
+            with pytest.raises(TransportError):
+                client.request("GET", "/", {}, None)
+        gc.collect()
+    assert [str(w.message) for w in warned if issubclass(w.category, ResourceWarning)] == []
 
 
 def test_nobody_listening_is_a_transport_error(keepalive: Callable[..., KeepAlive]) -> None:
