@@ -90,6 +90,8 @@ from tests.support.testbed import environment
 from tests.support.wait import NotReached, eventually
 
 PAGE = 500  # LORAFLOW_LIST_PAGE_SIZE's default
+WATCHED = (MODEL_DEPLOYMENT, INFERENCE_SERVICE, POD, VLLM_ADAPTER, SGLANG_ADAPTER)
+"""The kinds a resync tick lists, whose watch caches a started server must fill first."""
 INSTANCES = 2
 """resync instances a tick is dealt over (LORAFLOW_RESYNC_SHARDS): this machine's cores."""
 ENGINE_POLL_S = None
@@ -508,6 +510,11 @@ def control_plane(
             partial_copy.rename(kept)
             plane.start_etcd()
             plane.start_apiserver()
+        # a started server lists each kind from etcd until its watch cache is full, a page of
+        # 500 taking seconds: the ticks time a server in service, not one warming up
+        facts["cache_fill_s"] = plane.await_watch_caches(
+            (kind.group, kind.version, kind.plural) for kind in WATCHED
+        )
         facts["etcd_mib"] = round(
             sum(f.stat().st_size for f in (base / "etcd").rglob("*") if f.is_file()) / 2**20
         )

@@ -389,6 +389,34 @@ class ControlPlane:
                         raise TimeoutError(f"{path} not served within {timeout} s")
                     time.sleep(0.1)
 
+    def await_watch_caches(self, resources: Iterable[tuple[str, str, str]], timeout: float = 600.0) -> float:
+        """Wait until the server has filled its watch cache of each (group, version, plural) in
+        `resources`, and return the seconds waited. A server started on a large store lists from
+        etcd page by page until then, each page seconds slow; the cache answers in milliseconds.
+        A custom resource's cache is made at its first request, so each is listed once first."""
+        wanted: set[str] = set()
+        started = time.monotonic()
+        with self.http() as http:
+            for group, version, plural in resources:
+                prefix = f"/apis/{group}/{version}" if group else f"/api/{version}"
+                http.get(f"{prefix}/{plural}", params={"limit": "1"})
+                wanted.add(f'group="{group}",resource="{plural}"')
+            while True:
+                metrics = http.get("/metrics").text
+                filled = {
+                    labels
+                    for line in metrics.splitlines()
+                    if line.startswith("apiserver_watch_cache_initializations_total{")
+                    for labels in wanted
+                    if labels in line
+                }
+                if filled == wanted:
+                    return round(time.monotonic() - started, 1)
+                if time.monotonic() - started > timeout:
+                    missing = sorted(wanted - filled)
+                    raise TimeoutError(f"watch caches {missing} not filled within {timeout} s")
+                time.sleep(1.0)
+
     def _apply(self, documents: list[dict[str, Any]]) -> None:
         listing = json.dumps({"apiVersion": "v1", "kind": "List", "items": documents})
         self.kubectl_run(
