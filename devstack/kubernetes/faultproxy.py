@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import http.client
 import json
+import socket
 import ssl
 import threading
 import time
@@ -23,7 +24,6 @@ from typing import Any
 
 from devstack.kubernetes.pki import Certificate
 from devstack.seaweedfs.faultproxy import FaultProxy, _read_body
-from functions.transport.keepalive import connect_tls
 
 REASONS = {
     400: "BadRequest",
@@ -178,15 +178,23 @@ class KubeFaultProxy(FaultProxy):
 
 
 class _Upstream(http.client.HTTPConnection):
-    """kube-apiserver behind the proxy, over TLS made as the functions make theirs: a connection
-    cut by a stopping server is closed, not left to the collector."""
+    """kube-apiserver behind the proxy, over TLS. The socket is wrapped before it connects:
+    Python 3.11.7's wrap of a connected socket leaks the socket it made when a stopping server
+    resets the connection in between (python/cpython#113280)."""
 
     def __init__(self, host: str, port: int, context: ssl.SSLContext) -> None:
         super().__init__(host, port, timeout=WATCH_READ_S)
         self._tls = context
 
     def connect(self) -> None:
-        self.sock = connect_tls(self._tls, self.host, self.port, self.host, self.timeout)
+        sock = self._tls.wrap_socket(socket.socket(), server_hostname=self.host)
+        try:
+            sock.settimeout(self.timeout)
+            sock.connect((self.host, self.port))
+        except OSError:
+            sock.close()
+            raise
+        self.sock = sock
 
 
 def _status(request: BaseHTTPRequestHandler, code: int, body: dict[str, Any]) -> None:
