@@ -366,6 +366,8 @@ class Demo:
                 partial(self.loaded_everywhere, adapter, pods),
             )
             self.say(f"{adapter.name}: loaded into {pods}/{pods} pods (engines' /v1/models)")
+            # the engines answer before the load step has reported it: its event follows
+            self.wait(f"{adapter.name}'s adapter.loaded event", partial(self._reported_loaded, adapter))
             self.say(f"{adapter.name}: {self.trace_of(adapter)}")
         corrupt = next(a for a in ADAPTERS if a.corrupt)
         self.wait(f"{corrupt.name} Failed", lambda: self._failed_integrity(corrupt))
@@ -375,16 +377,11 @@ class Demo:
         """The trace of the chain of events that loaded `adapter`: every event a step emitted
         carries the trace of the event that caused it (W3C traceparent), so one trace id names
         the whole chain, from the event that started it to adapter.loaded."""
-        subject = adapter.kind.path(NAMESPACE, adapter.name)
-        received = [e for e in self.stack.broker.log.since(0) if e["outcome"] == "received"]
-        loaded = [
-            e for e in received if e["type"] == "io.loraflow.adapter.loaded.v1" and e["subject"] == subject
-        ]
-        trace_id = next((e["trace_id"] for e in reversed(loaded) if e.get("trace_id")), None)
+        trace_id = self._loaded_trace(adapter)
         if trace_id is None:
             return "no trace on its adapter.loaded event"
         chain: list[str] = []
-        for entry in received:
+        for entry in self._received():
             type_ = str(entry["type"])
             # io.loraflow.adapter.loaded.v2 -> loaded (one name per fact, whatever its version)
             short = re.sub(r"\.v[0-9]+$", "", type_.removeprefix("io.loraflow.")).removeprefix("adapter.")
@@ -394,6 +391,22 @@ class Demo:
             if entry.get("trace_id") == trace_id and short not in chain:
                 chain.append(short)
         return f"trace {trace_id} ({' -> '.join(chain)})"
+
+    def _received(self) -> list[dict[str, Any]]:
+        return [e for e in self.stack.broker.log.since(0) if e["outcome"] == "received"]
+
+    def _loaded_trace(self, adapter: Adapter) -> str | None:
+        """The trace id of the newest adapter.loaded event the broker received for `adapter`."""
+        subject = adapter.kind.path(NAMESPACE, adapter.name)
+        loaded = [
+            e
+            for e in self._received()
+            if e["type"] == "io.loraflow.adapter.loaded.v1" and e["subject"] == subject and e.get("trace_id")
+        ]
+        return str(loaded[-1]["trace_id"]) if loaded else None
+
+    def _reported_loaded(self, adapter: Adapter) -> bool:
+        return self._loaded_trace(adapter) is not None
 
     def _failed_integrity(self, adapter: Adapter) -> bool:
         row = status_row(self.cluster, adapter)
