@@ -10,9 +10,15 @@ etcd_version=v3.7.3
 out="${LORAFLOW_CACHE:-$HOME/.cache/loraflow}/kubebin/kube-$kube_version-etcd-$etcd_version"
 programs=(kube-apiserver kube-controller-manager kubectl etcd)
 
-missing=0
-for p in "${programs[@]}"; do [ -x "$out/$p" ] || missing=1; done
-if [ "$missing" = 0 ]; then echo "$out"; exit 0; fi
+built() {
+  for p in "${programs[@]}"; do [ -x "$out/$p" ] || return 1; done
+}
+if built; then echo "$out"; exit 0; fi
+# One build at a time on the machine (make and a test session may both ask): the others wait for it.
+mkdir -p "$(dirname "$out")"
+exec 9>"$out.lock"
+flock 9
+if built; then echo "$out"; exit 0; fi
 
 # The pinned go.mod and go.sum are the whole truth: nothing is resolved anew, nothing fetched but them.
 export GOTOOLCHAIN=local CGO_ENABLED=0 GOFLAGS=-mod=readonly
