@@ -174,9 +174,7 @@ def run(smoke: bool) -> Result:
     s3 = boto3.client(
         "s3",
         endpoint_url=server.s3_url,
-        region_name="us-east-1",
-        aws_access_key_id="any",
-        aws_secret_access_key="any",
+        **server.s3_operator.boto(),
     )
     bucket = f"freeze-{secrets.token_hex(3)}"
     s3.create_bucket(Bucket=bucket)

@@ -86,12 +86,6 @@ log = logging.getLogger("devstack.stack")
 
 FUNCTION_SERVICE_PREFIX = "loraflow-"
 DEAD_LETTER_SERVICE = "loraflow-dead-letters"
-# The S3 gateway runs without IAM here and takes any key (seaweedfs-real.md section 1).
-AWS = {
-    "AWS_ACCESS_KEY_ID": "loraflow",
-    "AWS_SECRET_ACCESS_KEY": "loraflow",
-    "AWS_DEFAULT_REGION": "us-east-1",
-}
 Storage = Literal["filer", "s3"]
 Notifications = Literal["webhook", "source", "both"]
 SOURCE_COMPONENT = "filer-source"
@@ -127,14 +121,6 @@ def _quietly(stopper: Callable[[], None]) -> None:
         stopper()
     except Exception:
         log.exception("stopping %s failed", stopper)
-
-
-def _boto_credentials() -> dict[str, str]:
-    return {
-        "aws_access_key_id": AWS["AWS_ACCESS_KEY_ID"],
-        "aws_secret_access_key": AWS["AWS_SECRET_ACCESS_KEY"],
-        "region_name": AWS["AWS_DEFAULT_REGION"],
-    }
 
 
 def service_account_user(manifest: Mapping[str, Any], default_namespace: str) -> str:
@@ -303,7 +289,8 @@ class Stack:
             self.filer_token_file.chmod(0o600)
         self._on_stop(self.http.close, tier=4)
         if self.storage == "s3":
-            self.s3 = boto3.client("s3", endpoint_url=self.seaweed.s3_url, **_boto_credentials())
+            # the stack uploads as the platform's operator; the functions sign as loraflow
+            self.s3 = boto3.client("s3", endpoint_url=self.seaweed.s3_url, **self.seaweed.s3_operator.boto())
             with contextlib.suppress(self.s3.exceptions.BucketAlreadyOwnedByYou):
                 self.s3.create_bucket(Bucket=self.bucket)
         self.sink = EventSink().start()
@@ -355,7 +342,11 @@ class Stack:
         }
 
     def _s3_env(self) -> dict[str, str]:
-        return {"LORAFLOW_S3_ENDPOINT": self.seaweed.s3_url, "LORAFLOW_S3_BUCKET": self.bucket, **AWS}
+        return {
+            "LORAFLOW_S3_ENDPOINT": self.seaweed.s3_url,
+            "LORAFLOW_S3_BUCKET": self.bucket,
+            **self.seaweed.s3_loraflow.env(),
+        }
 
     def _resolve(self, destination: Mapping[str, Any]) -> str:
         """A Destination -> URL: Service `loraflow-<fn>` -> that function, the dead-letter Service
@@ -511,7 +502,13 @@ class Stack:
         """Where the files are: the backend, the real filer, and for S3 the gateway and bucket."""
         found: dict[str, Any] = {"backend": self.storage, "filer": self.seaweed.url}
         if self.storage == "s3":
-            found["s3"] = {"url": self.seaweed.s3_url, "bucket": self.bucket}
+            operator = self.seaweed.s3_operator  # the platform's own identity: it may do anything
+            found["s3"] = {
+                "url": self.seaweed.s3_url,
+                "bucket": self.bucket,
+                "access_key_id": operator.access_key,
+                "secret_access_key": operator.secret_key,
+            }
         return found
 
     def processes(self) -> list[dict[str, Any]]:

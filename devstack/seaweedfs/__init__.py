@@ -1,6 +1,7 @@
 """The real SeaweedFS for the stack, the tests and the benchmarks (no stand-in): the launcher
 (`SeaweedServer`), a fault-injecting proxy in front of its filer (`FaultProxy`), and one server
-shared by everything in a process (`shared()`), whose webhook goes to a `WebhookRelay`."""
+shared by everything in a process (`shared()`), whose webhook goes to a `WebhookRelay`; its S3
+gateway signs in only the identities of `s3_iam` (the operator, loraflow, tenants added)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from pathlib import Path
 
 from devstack.seaweedfs.faultproxy import Fault, FaultProxy
 from devstack.seaweedfs.relay import WebhookRelay
+from devstack.seaweedfs.s3_iam import BUCKET, S3Identity
 from devstack.seaweedfs.server import SeaweedServer, Webhook, weed_binary
 
 __all__ = [
@@ -19,6 +21,7 @@ __all__ = [
     "MOUNT_ROOT",
     "Fault",
     "FaultProxy",
+    "S3Identity",
     "SeaweedServer",
     "Shared",
     "Webhook",
@@ -32,10 +35,6 @@ MOUNT_ROOT = Path("/mnt/seaweedfs")
 """Where the functions and the engines see the filer's root, as a SeaweedFS mount in a cluster
 (the functions' LORAFLOW_MOUNT_ROOT default). Nothing is there on this machine: the engine
 stand-ins read what lies under it through the filer's HTTP API."""
-
-BUCKET = "loraadapters"
-"""The S3 bucket of the S3 backend (LORAFLOW_S3_BUCKET's default); the gateway keeps it in the
-filer folder /buckets/loraadapters, so an object's filer path is /buckets/loraadapters/<key>."""
 
 
 @dataclass(frozen=True)

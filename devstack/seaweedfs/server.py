@@ -50,7 +50,7 @@ from typing import IO
 import httpx
 
 from devstack.ports import free_ports
-from devstack.seaweedfs import tokens
+from devstack.seaweedfs import s3_iam, tokens
 
 log = logging.getLogger("devstack.seaweedfs")
 
@@ -114,8 +114,12 @@ class SeaweedServer:
         base_dir: Path | None = None,
         signing_key: str | None = None,
     ) -> None:
-        """`signing_key`: the filer's `jwt.filer_signing.key` (None: writes need no token)."""
+        """`signing_key`: the filer's `jwt.filer_signing.key` (None: writes need no token). The
+        S3 gateway signs in the operator and loraflow (`s3_operator`, `s3_loraflow`) and, once
+        `add_s3_identity` has added one, a tenant: no one else."""
         self.webhook = webhook
+        self.s3_operator = s3_iam.operator()
+        self.s3_loraflow = s3_iam.loraflow()
         self.signing_key = signing_key
         self.s3 = s3
         self.max_mb = max_mb
@@ -200,6 +204,7 @@ class SeaweedServer:
                 "-s3.port.iceberg=0",
                 "-s3.port.lance=0",
                 f"-s3.localSocket={self.dir / 's3.sock'}",
+                f"-s3.config={self.dir / 's3.json'}",
             ]
         return argv
 
@@ -211,6 +216,9 @@ class SeaweedServer:
             security = self.dir / "security.toml"
             security.write_text(tokens.security_toml(self.signing_key) if self.signing_key else "")
             security.chmod(0o600)
+            identities = self.dir / "s3.json"
+            identities.write_text(s3_iam.config((self.s3_operator, self.s3_loraflow)))
+            identities.chmod(0o600)
             self._log = self.log_path.open("ab")
             self._process = subprocess.Popen(
                 self.command(),
@@ -255,6 +263,44 @@ class SeaweedServer:
         except httpx.HTTPError:
             return False
         return True
+
+    def add_s3_identity(self, identity: s3_iam.S3Identity, timeout: float = 30.0) -> s3_iam.S3Identity:
+        """Add `identity` to the running gateway as an operator would (`weed shell s3.configure
+        -apply`, which stores it in the filer's IAM file), and return once the gateway signs it in."""
+        import boto3
+
+        p, host = self.ports, self.host
+        shell = subprocess.run(
+            [
+                weed_binary(),
+                "shell",
+                f"-master={host}:{p['master']}.{p['master_grpc']}",
+                f"-filer={host}:{p['filer']}.{p['filer_grpc']}",
+            ],
+            input=identity.configure_command() + "\n",
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
+        if shell.returncode != 0:
+            said = f"{shell.stdout[-500:]} {shell.stderr[-500:]}"
+            raise RuntimeError(f"s3.configure of {identity.name}: {said}")
+        if identity.lists is None:
+            return identity
+        bucket, prefix = identity.lists
+        client = boto3.client("s3", endpoint_url=self.s3_url, **identity.boto())
+        deadline = time.monotonic() + timeout
+        try:
+            while True:
+                try:
+                    client.list_objects_v2(Bucket=bucket, Prefix=prefix, MaxKeys=1)
+                    return identity
+                except client.exceptions.ClientError as err:
+                    if time.monotonic() > deadline:
+                        raise TimeoutError(f"the S3 gateway did not take {identity.name}: {err}") from err
+                time.sleep(0.1)
+        finally:
+            client.close()
 
     def log_tail(self, lines: int = 15) -> str:
         return "\n".join(self.log_text().splitlines()[-lines:])

@@ -549,6 +549,8 @@ def build_storage(settings: Settings) -> Storage:
     if settings.storage == "s3":
         import boto3
 
-        s3 = boto3.client("s3", endpoint_url=settings.s3_endpoint, region_name=settings.s3_region)
+        # a session of its own reads the credentials now: the default session keeps the first it read
+        session = boto3.session.Session()
+        s3 = session.client("s3", endpoint_url=settings.s3_endpoint, region_name=settings.s3_region)
         return S3Storage(s3, settings.s3_bucket)
     return FilerStorage(settings.filer_url, settings.filer_page_size, token_file=settings.filer_token_file)

@@ -229,10 +229,8 @@ def test_missing_directory_and_unreachable_cluster(
 @pytest.fixture
 def s3() -> Iterator[Any]:
     """A boto3 client of the session's S3 gateway, closed afterwards."""
-    client = boto3.client(
-        "s3", endpoint_url=shared().server.s3_url, region_name="us-east-1",
-        aws_access_key_id="any", aws_secret_access_key="any",
-    )  # fmt: skip
+    server = shared().server
+    client = boto3.client("s3", endpoint_url=server.s3_url, **server.s3_operator.boto())
     with closing(client):
         yield client
 

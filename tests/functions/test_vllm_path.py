@@ -23,6 +23,7 @@ import httpx
 import pytest
 from cloudevents.http import from_http
 
+from devstack.seaweedfs import s3_iam
 from events.domain import ADAPTER_READY, FILE_CHANGED
 from events.external import AWS_SQS
 from functions.resources.kinds import VLLM_ADAPTER
@@ -143,18 +144,17 @@ def test_vllm_path_on_s3(world: Testbed, multipart: bool) -> None:
     s3 = boto3.client(
         "s3",
         endpoint_url=world.seaweed.server.s3_url,
-        region_name="us-east-1",
-        aws_access_key_id="any",
-        aws_secret_access_key="any",
+        **world.seaweed.server.s3_operator.boto(),
     )
     bucket = f"b-{secrets.token_hex(4)}"
     s3.create_bucket(Bucket=bucket)
+    # the functions sign as loraflow, scoped to this bucket: it reads it and writes its frozen sets
+    loraflow = world.seaweed.server.add_s3_identity(s3_iam.loraflow(bucket))
     env = {
         "LORAFLOW_STORAGE": "s3",
         "LORAFLOW_S3_ENDPOINT": world.seaweed.server.s3_url,
         "LORAFLOW_S3_BUCKET": bucket,
-        "AWS_ACCESS_KEY_ID": "any",
-        "AWS_SECRET_ACCESS_KEY": "any",
+        **loraflow.env(),
     }
     weights = WEIGHTS * 2000 if multipart else WEIGHTS  # 6 MB: two parts of at least 5 MiB + rest
     with world.settings(**env), world.webhook():

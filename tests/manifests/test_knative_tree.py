@@ -43,6 +43,8 @@ KNATIVE_CRDS = Path(__file__).resolve().parents[2] / "devstack" / "kubernetes" /
 CONTRACT_FUNCTIONS = {"admit", "stat", "verify", "load", "reload", "unload", "resync", "ingest"}
 # ingest's only Trigger is the SQS one (components/sqs): the webhook queue posts to it directly.
 TRIGGERED_BY_DEFAULT = CONTRACT_FUNCTIONS - {"ingest"}
+STORAGE_STEPS = {"stat", "verify", "load", "resync"}
+"""The steps that read storage (load reads adapter_config.json): they alone get its credentials."""
 # Types we emit that no step of ours consumes: outputs for platform teams' own Triggers.
 PUBLIC_OUTPUT_ONLY = {
     "io.loraflow.adapter.loaded.v1",
@@ -226,7 +228,13 @@ def test_function_service(service: Obj) -> None:
     # a scale from zero waits for it (knative/serving pkg/queue/readiness/probe.go IsAggressive)
     assert c["readinessProbe"].get("periodSeconds", 0) == 0
     assert c["livenessProbe"]["httpGet"]["path"] == "/healthz"
-    assert c["envFrom"] == [{"configMapRef": {"name": "loraflow-config"}}]
+    # the S3 backend's loraflow identity reaches only the steps that read storage
+    s3 = (
+        [{"secretRef": {"name": "loraflow-s3", "optional": True}}]
+        if env["FUNCTION_TARGET"] in STORAGE_STEPS
+        else []
+    )
+    assert c["envFrom"] == [{"configMapRef": {"name": "loraflow-config"}}, *s3]
     assert {"requests", "limits"} <= set(c["resources"])
     # request threads follow what queue-proxy lets in, plus a probe and a scrape beside them: the
     # server's default (4 per CPU, functions-framework's) would count the node's CPUs

@@ -36,13 +36,7 @@ def storage(seaweed: Shared) -> Iterator[FilerStorage]:
 
 @pytest.fixture
 def s3(seaweed: Shared) -> Iterator[Any]:
-    """A boto3 client of the filer's S3 gateway."""
-    client = boto3.client(
-        "s3",
-        endpoint_url=seaweed.server.s3_url,
-        region_name="us-east-1",
-        aws_access_key_id="any",
-        aws_secret_access_key="any",
-    )
+    """A boto3 client of the filer's S3 gateway, signed as the operator (it creates buckets)."""
+    client = boto3.client("s3", endpoint_url=seaweed.server.s3_url, **seaweed.server.s3_operator.boto())
     with closing(client):
         yield client

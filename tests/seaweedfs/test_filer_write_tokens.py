@@ -219,10 +219,7 @@ def test_the_s3_gateway_has_no_way_into_the_filers_frozen_area(adapter: FrozenAd
     """The gateway keeps its buckets under /buckets: a key with `..` stays inside the bucket
     (or is refused), and a bucket named like the frozen folder is another folder."""
     before = adapter.served()
-    client = boto3.client(
-        "s3", endpoint_url=adapter.server.s3_url, region_name="us-east-1",
-        aws_access_key_id="any", aws_secret_access_key="any",
-    )  # fmt: skip
+    client = boto3.client("s3", endpoint_url=adapter.server.s3_url, **adapter.server.s3_operator.boto())
     with closing(client):
         bucket = f"b-{secrets.token_hex(4)}"
         client.create_bucket(Bucket=bucket)

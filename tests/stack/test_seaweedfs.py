@@ -99,8 +99,8 @@ def s3_client(stack: Stack) -> Any:
         "s3",
         endpoint_url=storage["url"],
         region_name="us-east-1",
-        aws_access_key_id="any",
-        aws_secret_access_key="any",
+        aws_access_key_id=storage["access_key_id"],
+        aws_secret_access_key=storage["secret_access_key"],
     )
 
 

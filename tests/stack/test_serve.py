@@ -148,8 +148,8 @@ def test_serve_writes_endpoints_and_stops_cleanly(served: tuple[subprocess.Popen
             "s3",
             endpoint_url=storage["s3"]["url"],
             region_name="us-east-1",
-            aws_access_key_id="any",
-            aws_secret_access_key="any",
+            aws_access_key_id=storage["s3"]["access_key_id"],
+            aws_secret_access_key=storage["s3"]["secret_access_key"],
         )
         s3.put_object(Bucket=storage["s3"]["bucket"], Key="loraadapters/default/m/a/readme.txt", Body=b"hi")
         listed = s3.list_objects_v2(Bucket=storage["s3"]["bucket"], Prefix="loraadapters/default/")
