@@ -152,7 +152,9 @@ def world(functions: bool = True, **engine_defaults: Any) -> Iterator[World]:
     """Start the stand-ins (and the functions unless `functions=False`); stop them on exit."""
     logging.getLogger("werkzeug").setLevel(logging.WARNING)
     with (
-        testbed(World, functions, engine_timeout=10, filer_proxy=False, **engine_defaults) as started,
+        testbed(
+            World, functions, engine_timeout=10, filer_proxy=False, kube_proxy=False, **engine_defaults
+        ) as started,
         environment(K_SINK=started.sink.url),
     ):
         yield started

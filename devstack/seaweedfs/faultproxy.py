@@ -151,6 +151,9 @@ class FaultProxy:
 
         class Handler(BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
+            # the head and the body go out as separate writes: with Nagle the body would wait
+            # for the client's delayed ACK of the head
+            disable_nagle_algorithm = True
 
             def log_message(self, format: str, *args: Any) -> None:
                 pass

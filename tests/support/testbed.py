@@ -240,16 +240,18 @@ def testbed(
     functions: bool = True,
     engine_timeout: float = 2.0,
     filer_proxy: bool = True,
+    kube_proxy: bool = True,
     **engine_defaults: Any,
 ) -> Iterator[T]:
     """Start the stand-ins (and every function unless `functions=False`); stop them on exit.
 
-    `filer_proxy=False`: the functions call the real filer directly (what the benchmarks
-    measure); `filer` is then a proxy nobody uses and its faults have no effect."""
+    `filer_proxy=False` / `kube_proxy=False`: the functions call the real filer / kube-apiserver
+    directly (what the benchmarks measure); the filer proxy is then one nobody uses, and the
+    Kubernetes faults cannot be injected."""
     with tempfile.TemporaryDirectory(prefix="loraflow-testbed-") as tmp:
         base = Path(tmp)
         seaweed = shared()
-        kube = Kube(shared_control_plane(render()))
+        kube = Kube(shared_control_plane(render()), proxy=kube_proxy)
         filer = FaultProxy(seaweed.server.url).start()
         sink = EventSink().start()
         admin_config = kube.write_kubeconfig(base / "admin.kubeconfig")
