@@ -191,7 +191,7 @@ class _Upstream(http.client.HTTPConnection):
         try:
             sock.settimeout(self.timeout)
             # as http.client's own connect: without it Nagle holds the request behind the
-            # handshake's last segment until the server's delayed ACK (~90 ms a request)
+            # handshake's last segment until the server's delayed ACK
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             sock.connect((self.host, self.port))
         except OSError:
