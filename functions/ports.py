@@ -9,7 +9,7 @@ and import none of them.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from datetime import datetime
 from typing import Any, NamedTuple, Protocol
 
@@ -25,6 +25,9 @@ Obj = dict[str, Any]
 StatusFn = Callable[[Obj], Obj | None]
 """Given the current object, the whole desired status (None: leave it alone)."""
 FinalizersFn = Callable[[Obj], list[str] | None]
+PageSize = int | Callable[[Sequence[Obj]], int]
+"""A list's page size (`limit`), or how to size each page from the one before it (called with
+no objects for the first): a kind whose objects vary widely in size is paged by their weight."""
 
 
 class Written(NamedTuple):
@@ -65,7 +68,7 @@ class KubePort(Protocol):
         kind: Kind,
         namespace: str | None = None,
         label_selector: str | None = None,
-        page_size: int = 500,
+        page_size: PageSize = 500,
     ) -> Iterator[Obj]: ...
 
     def list_all(

@@ -11,7 +11,8 @@ Triggers:
 Reads: InferenceServices and serving Pods (`loraflow.io/serving=true`), held for the tick
 (they are few); the ModelDeployments and the adapters of both kinds page by page
 (`LORAFLOW_LIST_PAGE_SIZE`), never all at once (ModelDeployments name every vllm adapter, so
-only a page and two namespaces' of them are held: the lists come in the API's key order); one
+they are paged by the names they carry, and only a page and two namespaces' of them are held:
+the lists come in the API's key order); one
 `GET /v1/models` per Ready pod (fanned out), one namespace's pods at a time. A part lists its
 namespaces' adapters namespace by namespace, and the other kinds cluster-wide, keeping its own.
 Writes: nothing in the API. Publishes `io.loraflow.adapter.drifted.v1` (extension
@@ -33,7 +34,7 @@ import bisect
 import logging
 import threading
 from collections import defaultdict
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from itertools import chain, groupby
 from queue import Full, Queue
@@ -235,6 +236,31 @@ class Deployments:
         return taken
 
 
+NAMES_PER_SLOT = 10
+"""A page of ModelDeployments may name about ten adapters per object an adapter page holds: a
+name weighs a small fraction of an adapter object, so such a page stays lighter than one of adapters."""
+
+
+def deployment_page_size(page: int) -> Callable[[Sequence[Obj]], int]:
+    """ModelDeployments paged by what they name, not by count (each names its adapters: ten or
+    ten thousand): the next page holds about `page` x NAMES_PER_SLOT names at the last page's
+    largest, the first a tenth of `page` objects, never more than `page` objects."""
+    budget = page * NAMES_PER_SLOT
+
+    def size(last: Sequence[Obj]) -> int:
+        if not last:
+            return max(1, page // NAMES_PER_SLOT)
+        largest = max(_named_count(md) for md in last)
+        return max(1, min(page, budget // max(1, largest)))
+
+    return size
+
+
+def _named_count(md: Obj) -> int:
+    named = facts.spec(md).get("loraAdapters")
+    return len(named) if isinstance(named, list) else 0
+
+
 def _md_keys(namespace: str, mds: Sequence[Obj]) -> list[TargetKey]:
     return [TargetKey("ModelDeployment", namespace, facts.name_of(md)) for md in mds]
 
@@ -379,7 +405,8 @@ def _vllm_shards(deps: Deps, scope: Scope, held: Held, models: Models) -> Iterat
     page = deps.settings.list_page_size
     # read as judged, a page when the last is used up: read ahead, two pages would be queued;
     # cluster-wide in a shard too (a few pages: one ModelDeployment serves many adapters)
-    deployments = Deployments(scope.keep(deps.kube.iter(MODEL_DEPLOYMENT, page_size=page)))
+    sized = deployment_page_size(page)
+    deployments = Deployments(scope.keep(deps.kube.iter(MODEL_DEPLOYMENT, page_size=sized)))
     current: str | None = None
     mds: list[Obj] = []
     pods: dict[drift.Namespaced, dict[str, Any]] = {}

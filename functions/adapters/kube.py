@@ -30,7 +30,7 @@ from functions.errors import KubeConflict, KubeRefused, KubeUnavailable, Loraflo
 from functions.logic import mergepatch
 from functions.logic.conditions import timestamp
 from functions.observability import KUBE_CONFLICTS, KUBE_REQUESTS, WARNING_EVENTS
-from functions.ports import StatusFn, Written
+from functions.ports import PageSize, StatusFn, Written
 from functions.resources.kinds import Kind
 
 log = logging.getLogger("loraflow.kube")
@@ -186,16 +186,18 @@ class Kube:
         kind: Kind,
         namespace: str | None = None,
         label_selector: str | None = None,
-        page_size: int = 500,
+        page_size: PageSize = 500,
     ) -> Iterator[Obj]:
         """Every matching object, one page (limit/continue) at a time."""
         token: str | None = None
+        items: list[Obj] = []
         while True:
+            limit = page_size if isinstance(page_size, int) else max(1, page_size(items))
             try:
                 page: Obj = self._call(
                     "list",
                     kind,
-                    partial(self._list, kind, namespace, label_selector, page_size, token),
+                    partial(self._list, kind, namespace, label_selector, limit, token),
                 )
             except ApiError as err:
                 if err.status == 410 and token:
@@ -203,7 +205,8 @@ class Kube:
                     # finished consistently; the event is retried and starts a fresh list
                     raise KubeUnavailable(f"list {kind.plural}: continue token expired (410)") from err
                 raise _translate(err, "list", kind.plural) from err
-            yield from page.get("items") or []
+            items = page.get("items") or []
+            yield from items
             token = (page.get("metadata") or {}).get("continue")
             if not token:
                 return

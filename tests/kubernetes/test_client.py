@@ -7,7 +7,7 @@ from __future__ import annotations
 import base64
 import json
 import ssl
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from contextlib import closing
 from datetime import UTC, datetime
 from pathlib import Path
@@ -166,6 +166,31 @@ def test_lists_page_through_continue_tokens_and_select_by_label(
     assert [o["metadata"]["name"] for o in paged] == ["a0", "a1", "a2", "a3", "a4"]
     selected = client.list_all(VLLM_ADAPTER, namespace, "team=a", page_size=1)
     assert [o["metadata"]["name"] for o in selected] == ["a1", "a3"]
+
+
+def test_a_sized_list_sets_each_page_limit_from_the_page_before_it(
+    plane: ControlPlane, api: httpx.Client, namespace: str, tmp_path: Path, client_of: ClientOf
+) -> None:
+    """The real server takes a different limit with each continue token: pages of 1, 2, 3, ...
+    objects, each sized from what the last one held, and no object lost or repeated."""
+    for index in range(7):
+        body = {
+            "apiVersion": VLLM_ADAPTER.api_version,
+            "kind": "LoRAAdapter",
+            "metadata": {"name": f"a{index}"},
+            "spec": {"model": "m"},
+        }
+        api.post(f"/apis/rackai.rackspace.com/v1alpha1/namespaces/{namespace}/loraadapters", json=body)
+    seen: list[list[str]] = []
+
+    def size(last: Sequence[dict[str, Any]]) -> int:
+        seen.append([o["metadata"]["name"] for o in last])
+        return len(last) + 1
+
+    client = client_of(plane.write_kubeconfig(tmp_path / "kubeconfig"))
+    names = [o["metadata"]["name"] for o in client.iter(VLLM_ADAPTER, namespace, page_size=size)]
+    assert names == [f"a{index}" for index in range(7)]
+    assert seen == [[], ["a0"], ["a1", "a2"], ["a3", "a4", "a5"]]
 
 
 def test_a_recorded_event_is_admitted_and_recorded_once_per_window(

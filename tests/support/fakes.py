@@ -30,7 +30,7 @@ from functions.logic import reasons
 from functions.logic.capacity import Capacity
 from functions.logic.pods import Endpoint
 from functions.logic.serving import ListingFailure
-from functions.ports import CallResult, FinalizersFn, StatusFn, StoredFile, Written
+from functions.ports import CallResult, FinalizersFn, PageSize, StatusFn, StoredFile, Written
 from functions.resources.kinds import Kind
 
 Obj = dict[str, Any]
@@ -126,7 +126,7 @@ class FakeKube:
         kind: Kind,
         namespace: str | None = None,
         label_selector: str | None = None,
-        page_size: int = 500,
+        page_size: PageSize = 500,
     ) -> Iterator[Obj]:
         wanted = dict(part.split("=", 1) for part in (label_selector or "").split(",") if part)
         # in etcd's key order (.../<namespace>/<name> as bytes): "ns-a/x" before "ns/x"
