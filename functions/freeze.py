@@ -16,6 +16,7 @@ from collections.abc import Mapping
 from datetime import datetime, timedelta
 from typing import NamedTuple
 
+from functions.adapters.concurrency import bounded_map
 from functions.logic import frozen
 from functions.metrics import Counter
 from functions.observability import REGISTRY
@@ -32,6 +33,11 @@ FROZEN_BYTES = Counter(
     ["op"],
     registry=REGISTRY,
 )
+
+
+COPIES_AT_ONCE = 4
+"""A set's files are copied (and hashed) a few at a time: many small files pay their round trips
+side by side, while large ones share the filer's bandwidth either way."""
 
 
 class Refusal(NamedTuple):
@@ -65,22 +71,30 @@ def freeze(
         listed = {}
     wrong: list[str] = []
     for _ in range(2):
-        checked: set[str] = set()
-        for copy in plan.copies:
-            there = listed.get(copy.target)
-            if there is not None and there.size == sizes[copy.source]:
-                continue
-            if not storage.copy_file(copy.source, copy.target, sizes[copy.source], copy.md5):
-                message = f"{copy.source} changed, went, or no longer hashes to its declared MD5"
-                return Refusal(FREEZE_FAILED, message + " while it was being frozen")
-            FROZEN_BYTES.labels("frozen").inc(sizes[copy.source])
-            if storage.copy_checks_md5:
-                checked.add(copy.target)  # the storage hashed the bytes as it stored them
-        wrong = [
-            c.source
+        missing = [
+            c
             for c in plan.copies
-            if c.target not in checked and _md5_of(storage, c.target, hash_limit) != c.md5
+            if (there := listed.get(c.target)) is None or there.size != sizes[c.source]
         ]
+        copied = bounded_map(
+            missing, lambda c: storage.copy_file(c.source, c.target, sizes[c.source], c.md5), COPIES_AT_ONCE
+        )
+        for copy, done in copied:
+            if done:
+                FROZEN_BYTES.labels("frozen").inc(sizes[copy.source])
+        refused = [copy.source for copy, done in copied if not done]
+        if refused:
+            message = f"{refused[0]} changed, went, or no longer hashes to its declared MD5"
+            return Refusal(FREEZE_FAILED, message + " while it was being frozen")
+        # a storage that checks Content-MD5 hashed the bytes it stored; the copies kept from an
+        # earlier attempt, or any storage that does not check, are hashed here
+        checked = {c.target for c in missing} if storage.copy_checks_md5 else set()
+        hashed = bounded_map(
+            [c for c in plan.copies if c.target not in checked],
+            lambda c: _md5_of(storage, c.target, hash_limit),
+            COPIES_AT_ONCE,
+        )
+        wrong = [c.source for c, md5 in hashed if md5 != c.md5]
         if not wrong:
             size = sum(sizes[c.source] for c in plan.copies)
             return FrozenSet(file_set=file_set, path=plan.directory, size=size, frozen_at=frozen.stamp(now))
