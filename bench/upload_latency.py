@@ -14,14 +14,16 @@ events as in a cluster. The CPU per adapter of each process over the measured ad
 (settling included) is reported: kube-apiserver and etcd apart from ours, less what they spend
 idle (measured over 3 s once the replicas settled).
 
-Reference, timed in the same run (broker deliveries dropped meanwhile, so no function
-competes): the same PUT of the last file (the clock above starts before it, so both sides
-time it), then the minimal sequence of HTTP calls the chain needs, made directly with one
-keep-alive client against the same real servers: adapter GET, filer listing, status PATCH
-(stat); adapter GET, status PATCH (verify); adapter GET, deployments list, config GET, pods
-list, per pod (concurrently, LORAFLOW_LOAD_CONCURRENCY) POST /v1/load_lora_adapter, status
-PATCH (load). A new adapter's loads need no listing first: the engine's "already loaded"
-answer tells the same.
+Reference, timed in the same run, a run of it after each of the pipeline's (broker deliveries
+dropped meanwhile, so no function competes), made by a process of its own with one keep-alive
+client kept between runs (as each function has both): the same PUT of the last file (the clock
+above starts before it, so both sides time it), then the minimal sequence of HTTP calls the
+chain needs against the same real servers: adapter GET, filer listing, status PATCH (stat);
+adapter GET, the declared files frozen (each GET from the upload and PUT with its Content-MD5
+into the frozen directory, side by side), status PATCH (verify); adapter GET, deployments list,
+config GET, pods list, per pod (concurrently, LORAFLOW_LOAD_CONCURRENCY) POST
+/v1/load_lora_adapter of the frozen directory, status PATCH (load). A new adapter's loads need
+no listing first: the engine's "already loaded" answer tells the same.
 Target: the median <= 1.2x the reference at 3 and at 20 replicas; the absolute times reported.
 """
 
@@ -31,10 +33,12 @@ import base64
 import contextlib
 import hashlib
 import json
+import multiprocessing
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from multiprocessing.connection import Connection
+from typing import Any, NamedTuple
 
 import httpx
 
@@ -45,6 +49,9 @@ from bench.watch import Conditions
 from devstack.eventing.broker import Faults
 from devstack.seaweedfs import shared
 from devstack.stack import Stack
+from functions.adapters.storage import quote_path
+from functions.logic import frozen
+from functions.logic.facts import file_set
 from functions.logic.paths import engine_path
 from functions.resources.kinds import MODEL as MODEL_KIND
 from functions.resources.kinds import MODEL_DEPLOYMENT, MODEL_DEPLOYMENT_LABEL, VLLM_ADAPTER
@@ -205,19 +212,41 @@ def deployment_engines(http: httpx.Client, kube: str, auth: dict[str, str], depl
     return engine_urls(pods)
 
 
-def _reference(stack: Stack, name: str, deployment: str, concurrency: int, steps: dict[str, float]) -> float:
-    """The minimal HTTP sequence, made directly (functions idle: broker drops deliveries)."""
-    files = adapter_files(name)
-    md5s = md5s_of(files)
-    create_adapter(stack, name, md5s)
-    first, last = list(files.items())
-    stack.upload(*first)
-    stack.settle(timeout=20, quiet=0.1)
-    kube = stack.kube.url.rstrip("/")
-    auth = {"Authorization": f"Bearer {stack.kube.admin_token}"}
+class Job(NamedTuple):
+    """One run of the direct sequence: everything it needs, sent to its process."""
+
+    name: str
+    deployment: str
+    kube: str
+    admin_token: str
+    filer: str
+    upload: tuple[str, bytes]
+    """The last file, PUT with the tenant's write headers."""
+    tenant_headers: dict[str, str]
+    loraflow_headers: dict[str, str]
+    md5s: dict[str, str]
+    mount_root: str
+
+
+def direct_sequences(pipe: Connection, concurrency: int) -> None:
+    """A process of its own, as each function has (in the benchmark's process it would share
+    one interpreter lock with the broker and every engine stand-in): for each Job received, the
+    minimal sequence, over one keep-alive client kept between runs as the functions' clients
+    are (the first run opens its connections); sends back (seconds, {step: seconds}). None ends it."""
+    limits = httpx.Limits(max_keepalive_connections=256, keepalive_expiry=300)
+    with (
+        httpx.Client(timeout=30, verify=False, limits=limits) as http,
+        ThreadPoolExecutor(concurrency) as pool,
+    ):
+        while (job := pipe.recv()) is not None:
+            pipe.send(_direct(http, pool, job))
+
+
+def _direct(http: httpx.Client, pool: ThreadPoolExecutor, job: Job) -> tuple[float, dict[str, float]]:
+    auth = {"Authorization": f"Bearer {job.admin_token}"}
     group_version = f"{VLLM_ADAPTER.group}/{VLLM_ADAPTER.version}"
-    obj_url = f"{kube}/apis/{group_version}/namespaces/{NS}/{VLLM_ADAPTER.plural}/{name}"
-    directory = f"/loraadapters/{NS}/{w.MODEL}/{name}/"
+    obj_url = f"{job.kube}/apis/{group_version}/namespaces/{NS}/{VLLM_ADAPTER.plural}/{job.name}"
+    directory = f"/loraadapters/{NS}/{w.MODEL}/{job.name}/"
     stamp = "2026-01-01T00:00:00Z"
     ready = {
         "type": "Ready",
@@ -226,70 +255,109 @@ def _reference(stack: Stack, name: str, deployment: str, concurrency: int, steps
         "message": "ok",
         "lastTransitionTime": stamp,
     }
-    with httpx.Client(timeout=30, verify=False) as http, ThreadPoolExecutor(concurrency) as pool:
-        # warm the connections (the functions' clients are warm too)
-        http.get(obj_url, headers=auth)
-        http.get(stack.seaweed.url + directory, headers={"Accept": "application/json"})
-        started = time.perf_counter()
+    steps: dict[str, float] = {}
+    started = time.perf_counter()
 
-        def step(label: str) -> None:
-            steps[label] = steps.get(label, 0.0) + time.perf_counter() - started
+    def step(label: str) -> None:
+        steps[label] = time.perf_counter() - started
 
-        # the last file's PUT: the pipeline's clock starts before it too
-        stack.upload(*last)
-        step("put")
-        # stat
-        http.get(obj_url, headers=auth).raise_for_status()
-        listing = http.get(stack.seaweed.url + directory, headers={"Accept": "application/json"}).json()
-        http.patch(
-            obj_url + "/status",
-            headers={**auth, **MERGE},
-            content=json.dumps({"status": stat_status(listing)}),
-        ).raise_for_status()
-        step("stat")
-        # verify
-        http.get(obj_url, headers=auth).raise_for_status()
-        http.patch(
-            obj_url + "/status",
-            headers={**auth, **MERGE},
-            content=json.dumps(
-                {"status": {"conditions": [ready], "phase": "Ready", "ready": True, "uploadComplete": True}}
-            ),
-        ).raise_for_status()
-        step("verify")
-        # load
-        http.get(obj_url, headers=auth).raise_for_status()
-        http.get(
-            f"{kube}/apis/{MODEL_DEPLOYMENT.group}/{MODEL_DEPLOYMENT.version}/namespaces/{NS}/"
-            f"{MODEL_DEPLOYMENT.plural}",
-            headers=auth,
-        ).raise_for_status()
-        http.get(stack.seaweed.url + directory + "adapter_config.json").raise_for_status()
-        urls = deployment_engines(http, kube, auth, deployment)
-        path = engine_path(str(stack.mount_root), directory)
+    # the last file's PUT: the pipeline's clock starts before it too
+    path, content = job.upload
+    http.put(job.filer + quote_path(path), content=content, headers=job.tenant_headers).raise_for_status()
+    step("put")
+    # stat
+    http.get(obj_url, headers=auth).raise_for_status()
+    listing = http.get(job.filer + directory, headers={"Accept": "application/json"}).json()
+    http.patch(
+        obj_url + "/status",
+        headers={**auth, **MERGE},
+        content=json.dumps({"status": stat_status(listing)}),
+    ).raise_for_status()
+    step("stat")
+    # verify: the declared set frozen as verify freezes it, each file streamed from the
+    # upload into a PUT with its Content-MD5 (the filer checks it), side by side
+    http.get(obj_url, headers=auth).raise_for_status()
+    planned = frozen.plan(NS, w.MODEL, job.name, directory, job.md5s, file_set(job.md5s))
 
-        def serve(url: str) -> None:
-            http.post(
-                url + "/v1/load_lora_adapter", json={"lora_name": name, "lora_path": path}
-            ).raise_for_status()
+    def freeze(copy: frozen.Copy) -> None:
+        source = http.get(job.filer + copy.source)
+        source.raise_for_status()
+        digest = base64.b64encode(bytes.fromhex(copy.md5)).decode()
+        headers = {"Content-MD5": digest, **job.loraflow_headers}
+        http.put(job.filer + copy.target, content=source.content, headers=headers).raise_for_status()
 
-        step("planned")
-        list(pool.map(serve, urls))
-        step("loaded")
-        loaded = {
-            "type": "Loaded",
-            "status": "True",
-            "reason": "Loaded",
-            "message": "ok",
-            "lastTransitionTime": stamp,
-        }
-        http.patch(
-            obj_url + "/status",
-            headers={**auth, **MERGE},
-            content=json.dumps({"status": {"usedBy": [deployment], "conditions": [ready, loaded]}}),
+    list(pool.map(freeze, planned.copies))
+    step("frozen")
+    http.patch(
+        obj_url + "/status",
+        headers={**auth, **MERGE},
+        content=json.dumps(
+            {"status": {"conditions": [ready], "phase": "Ready", "ready": True, "uploadComplete": True}}
+        ),
+    ).raise_for_status()
+    step("verify")
+    # load
+    http.get(obj_url, headers=auth).raise_for_status()
+    http.get(
+        f"{job.kube}/apis/{MODEL_DEPLOYMENT.group}/{MODEL_DEPLOYMENT.version}/namespaces/{NS}/"
+        f"{MODEL_DEPLOYMENT.plural}",
+        headers=auth,
+    ).raise_for_status()
+    http.get(job.filer + planned.directory + "adapter_config.json").raise_for_status()
+    urls = deployment_engines(http, job.kube, auth, job.deployment)
+    engine = engine_path(job.mount_root, planned.directory)
+
+    def serve(url: str) -> None:
+        http.post(
+            url + "/v1/load_lora_adapter", json={"lora_name": job.name, "lora_path": engine}
         ).raise_for_status()
-        step("written")
-        return time.perf_counter() - started
+
+    step("planned")
+    list(pool.map(serve, urls))
+    step("loaded")
+    loaded = {
+        "type": "Loaded",
+        "status": "True",
+        "reason": "Loaded",
+        "message": "ok",
+        "lastTransitionTime": stamp,
+    }
+    http.patch(
+        obj_url + "/status",
+        headers={**auth, **MERGE},
+        content=json.dumps({"status": {"usedBy": [job.deployment], "conditions": [ready, loaded]}}),
+    ).raise_for_status()
+    step("written")
+    return time.perf_counter() - started, steps
+
+
+def _reference(stack: Stack, pipe: Connection, name: str, deployment: str, steps: dict[str, float]) -> float:
+    """The minimal HTTP sequence, made directly by its own process once the adapter and its
+    first file are there (functions idle: broker drops deliveries)."""
+    files = adapter_files(name)
+    md5s = md5s_of(files)
+    create_adapter(stack, name, md5s)
+    first, last = list(files.items())
+    stack.upload(*first)
+    stack.settle(timeout=20, quiet=0.1)
+    token_file = stack.filer_token_file
+    job = Job(
+        name=name,
+        deployment=deployment,
+        kube=stack.kube.url.rstrip("/"),
+        admin_token=stack.kube.admin_token,
+        filer=stack.seaweed.url,
+        upload=last,
+        tenant_headers=stack.seaweed.write_headers(NS),
+        loraflow_headers={"Authorization": f"Bearer {token_file.read_text().strip()}"} if token_file else {},
+        md5s=md5s,
+        mount_root=str(stack.mount_root),
+    )
+    pipe.send(job)
+    seconds, times = pipe.recv()
+    for label, at in times.items():
+        steps[label] = steps.get(label, 0.0) + at
+    return float(seconds)
 
 
 def _size(stack: Stack, replicas: int, repeats: int, concurrency: int) -> dict[str, Any]:
@@ -301,23 +369,36 @@ def _size(stack: Stack, replicas: int, repeats: int, concurrency: int) -> dict[s
     # measured once the replicas settled: the servers are busy for a while after they start
     idle = idle_server_cpu(stack.control_plane)
     probe = Probe(stack, deployment)
-    cpu, began = stack_cpu(stack), time.perf_counter()
+    ours, theirs = multiprocessing.get_context("spawn").Pipe()
+    direct = multiprocessing.get_context("spawn").Process(target=direct_sequences, args=(theirs, concurrency))
+    direct.start()
+    runs: list[tuple[float, float]] = []
+    reference: list[float] = []
+    steps: dict[str, float] = {}
+    spent: dict[str, float] = {}
+    took = 0.0
     try:
-        runs = [measure_one(stack, probe, name) for name in names]
+        # each pipeline run is followed by a reference run, so both meet the machine as it is
+        # then (the first size starts beside the stack's own start-up work)
+        for i, name in enumerate(names):
+            cpu, began = stack_cpu(stack), time.perf_counter()
+            runs.append(measure_one(stack, probe, name))
+            took += time.perf_counter() - began
+            for k, v in stack_cpu(stack).items():
+                spent[k] = spent.get(k, 0.0) + v - cpu.get(k, 0.0)
+            stack.broker.set_faults(Faults(drop=1.0))
+            try:
+                reference.append(_reference(stack, ours, f"r{replicas}-ref{i}", deployment, steps))
+                # the events of its writes are dropped too, not run in the next pipeline run's window
+                stack.settle(timeout=20, quiet=0.2)
+            finally:
+                stack.broker.set_faults(None)
     finally:
         probe.close()
-    took = time.perf_counter() - began
-    spent = net({k: v - cpu.get(k, 0.0) for k, v in stack_cpu(stack).items()}, idle, took)
-    runs = runs[1:]
-    stack.broker.set_faults(Faults(drop=1.0))
-    steps: dict[str, float] = {}
-    try:
-        reference = [
-            _reference(stack, f"r{replicas}-ref{i}", deployment, concurrency, steps)
-            for i in range(repeats + 1)  # +1: warm-up, dropped
-        ][1:]
-    finally:
-        stack.broker.set_faults(None)
+        ours.send(None)
+        direct.join(30)
+    spent = net(spent, idle, took)
+    runs, reference = runs[1:], reference[1:]  # the first of each: warm-up, dropped
     # the replicas are removed so the next size starts from the same state
     stack.custom.delete_namespaced_custom_object(
         MODEL_DEPLOYMENT.group, MODEL_DEPLOYMENT.version, NS, MODEL_DEPLOYMENT.plural, deployment
