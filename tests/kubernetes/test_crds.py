@@ -264,6 +264,28 @@ def test_a_stale_guarded_status_write_is_a_conflict_the_product_rereads(
     assert seen == [None, "Pending"]  # recomputed from the re-read after the server's 409
 
 
+def test_the_observed_files_are_owned_whole_not_file_by_file(
+    api: httpx.Client, namespace: str, vllm_adapter: Factory
+) -> None:
+    """status.integrity.files is an atomic map: the server's managedFields record it as one
+    field, not one entry per file (which made a third of a 1,000-file object, and its cost on
+    every write); a merge patch still changes it key by key."""
+    api.post(adapters(namespace), json=vllm_adapter("many")).raise_for_status()
+    directory = f"/loraadapters/{namespace}/m/many/"
+    files = {f"{directory}f-{i:04d}.bin": {"size": i, "md5": f"{i:032x}"} for i in range(1000)}
+    url = f"{adapters(namespace)}/many/status"
+    api.patch(url, json={"status": {"integrity": {"files": files}}}, headers=MERGE).raise_for_status()
+    gone, changed = f"{directory}f-0000.bin", f"{directory}f-0001.bin"
+    patch = {gone: None, changed: {"size": 7, "md5": "0" * 32}}
+    stored = api.patch(url, json={"status": {"integrity": {"files": patch}}}, headers=MERGE).json()
+    observed = stored["status"]["integrity"]["files"]
+    assert len(observed) == 999 and gone not in observed and observed[changed]["size"] == 7
+    (status_owner,) = [m for m in stored["metadata"]["managedFields"] if m.get("subresource") == "status"]
+    owned = status_owner["fieldsV1"]["f:status"]["f:integrity"]
+    assert owned == {".": {}, "f:files": {}}
+    assert len(str(stored["metadata"]["managedFields"])) < 1000
+
+
 @pytest.mark.parametrize("kind", ["vllm", "sglang"])
 def test_an_adapter_outlives_its_deletion_until_the_finalizer_goes(
     api: httpx.Client, namespace: str, vllm_adapter: Factory, sglang_adapter: Factory, kind: str
