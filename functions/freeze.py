@@ -72,9 +72,7 @@ def freeze(
     wrong: list[str] = []
     for _ in range(2):
         missing = [
-            c
-            for c in plan.copies
-            if (there := listed.get(c.target)) is None or there.size != sizes[c.source]
+            c for c in plan.copies if (there := listed.get(c.target)) is None or there.size != sizes[c.source]
         ]
         copied = bounded_map(
             missing, lambda c: storage.copy_file(c.source, c.target, sizes[c.source], c.md5), COPIES_AT_ONCE
