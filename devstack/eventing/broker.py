@@ -41,7 +41,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from datetime import UTC, datetime
 from http.server import ThreadingHTTPServer
 from typing import Any
@@ -209,6 +209,8 @@ class _Outcome:
     body: bytes = b""
     reply: CloudEvent | None = None
     error: str = ""
+    answered_s: float = 0.0
+    """The attempt's POST, from its start to the subscriber's whole answer (its own time)."""
 
     @property
     def ok(self) -> bool:
@@ -443,13 +445,15 @@ class Broker:
         if task.trace is not None:
             headers.update(task.trace.attributes())
         timeout = delivery.timeout_s or self.default_timeout_s
+        sent = time.perf_counter()
         try:
             answer = self._clients.post(task.url, headers, body, timeout=timeout)
         except SendError as err:
-            return _Outcome(None, error=str(err))
+            return _Outcome(None, error=str(err), answered_s=time.perf_counter() - sent)
+        answered = time.perf_counter() - sent
         if not 200 <= answer.status < 300:
-            return _Outcome(answer.status, answer.body)
-        return _reply_outcome(answer)
+            return _Outcome(answer.status, answer.body, answered_s=answered)
+        return replace(_reply_outcome(answer), answered_s=answered)
 
     def _succeed(self, task: _Task, outcome: _Outcome) -> None:
         self._count("delivered")
@@ -497,6 +501,7 @@ class Broker:
             "status": outcome.status,
             "attempts": task.attempts,
             "duration_ms": round((time.monotonic() - task.started) * 1000, 1),
+            "answer_ms": round(outcome.answered_s * 1000, 2),
             **({"error": outcome.error} if outcome.error else {}),
         }
 

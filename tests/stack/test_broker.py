@@ -294,6 +294,24 @@ def test_routes_by_filter_and_ingress_rules(
     assert httpx.get(broker.url + "_devstack/events", params={"since": last}).json() == []
 
 
+def test_a_delivery_logs_the_subscribers_answer_time_apart_from_its_whole(
+    make_broker: Callable[..., Broker], subs: dict[str, Subscriber]
+) -> None:
+    """`answer_ms` is the subscriber's own time (here it sleeps 200 ms), `duration_ms` the whole
+    delivery: what is left between them is the broker's."""
+
+    def slow(_: CloudEvent) -> Answer:
+        time.sleep(0.2)
+        return 204, {}, b""
+
+    subs["a"].default = slow
+    broker = make_broker([trigger("to-a", "a")])
+    broker.publish(event("io.test.a"))
+    assert broker.wait_idle(5)
+    (delivered,) = [e for e in broker.log.since(0) if e["outcome"] == "delivered"]
+    assert 200 <= delivered["answer_ms"] <= delivered["duration_ms"] < 1000
+
+
 # -- retries and dead letters --------------------------------------------------------------------------
 def test_retries_5xx_with_backoff_then_delivers(
     make_broker: Callable[..., Broker], subs: dict[str, Subscriber]
