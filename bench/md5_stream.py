@@ -3,7 +3,9 @@
 When storage reports no MD5, verify hashes the file by streaming it from the filer
 (FilerStorage.hash_file). The file is stored in the real SeaweedFS (split into 4 MiB chunks
 by `-filer.maxMB=4`, so the filer assembles it from its volume server while it streams);
-`md5sum` reads the same bytes from a local file. Target: >= 0.7x the throughput of `md5sum`.
+`md5sum` reads the same bytes from a local file. Each of our runs is followed by one of
+`md5sum`, so both meet the machine as it is then (the filer may still be collecting an earlier
+row's deleted chunks). Target: >= 0.9x the throughput of `md5sum`.
 """
 
 from __future__ import annotations
@@ -20,6 +22,8 @@ from bench.common import Result, median_of, timed
 from devstack.seaweedfs import shared
 from functions.adapters.storage import FilerStorage
 
+TARGET = 0.9
+
 
 def _write_random(path: Path, size: int) -> None:
     block = os.urandom(1 << 20)
@@ -30,7 +34,7 @@ def _write_random(path: Path, size: int) -> None:
 
 def run(smoke: bool) -> Result:
     size = (8 if smoke else 512) << 20
-    repeats = 1 if smoke else 3
+    repeats = 1 if smoke else 5
     filer = shared().server.url
     path = f"/loraadapters/bench-{secrets.token_hex(3)}/model/big/adapter_model.safetensors"
     with tempfile.TemporaryDirectory() as tmp:
@@ -40,11 +44,13 @@ def run(smoke: bool) -> Result:
             httpx.put(filer + path, content=body, timeout=600).raise_for_status()
         storage = FilerStorage(filer, page_size=1000)
         try:
-            ours = [timed(lambda: storage.hash_file(path, 1 << 40)) for _ in range(repeats)]
-            reference = [
-                timed(lambda: subprocess.run(["md5sum", str(local)], check=True, capture_output=True))
-                for _ in range(repeats)
-            ]
+            ours: list[float] = []
+            reference: list[float] = []
+            for _ in range(repeats):
+                ours.append(timed(lambda: storage.hash_file(path, 1 << 40)))
+                reference.append(
+                    timed(lambda: subprocess.run(["md5sum", str(local)], check=True, capture_output=True))
+                )
             expected = subprocess.run(["md5sum", str(local)], check=True, capture_output=True, text=True)
             assert storage.hash_file(path, 1 << 40) == expected.stdout.split()[0]
         finally:
@@ -60,7 +66,7 @@ def run(smoke: bool) -> Result:
         unit="MiB/s",
         reference=round(ref_rate, 1),
         ratio=round(ratio, 3),
-        target=">= 0.7x md5sum",
-        met=ratio >= 0.7,
+        target=f">= {TARGET}x md5sum",
+        met=ratio >= TARGET,
         details={"size_mib": mib, "repeats": repeats, "ours_s": ours, "md5sum_s": reference},
     )
