@@ -142,7 +142,8 @@ def admit_one(deps: Deps, kind: Kind, namespace: str, name: str) -> CloudEvent |
         present = list(facts.meta(current).get("finalizers") or [])
         return None if facts.deleting(current) or FINALIZER in present else [*present, FINALIZER]
 
-    added = kube.write_finalizers(kind, namespace, name, finalizers)
+    # each write starts from the object the request before it returned: no GET between them
+    added = kube.write_finalizers(kind, namespace, name, finalizers, current=obj)
     if added is None:
         return None
     written = write_admission(deps, kind, namespace, name, added.obj, now)
@@ -172,8 +173,9 @@ def write_admission(
     deps: Deps, kind: Kind, namespace: str, name: str, seen: Obj, now: datetime
 ) -> Written | None:
     """The status write, with the Model or InferenceService read before it from `seen` (the
-    adapter as the finalizer write left it). A newer object met after a 409 that names another
-    one is left alone: that one is read, and the write starts again."""
+    adapter as the finalizer write left it, which the write starts from: its resourceVersion
+    guards the patch). A newer object met after a 409 that names another one is left alone:
+    that one is read, and the write starts again."""
     roots = deps.settings.sglang_root_paths()
     found = admission.Found()
     parsed: dict[str, LoRAAdapter | SGLangAdapter] = {}
@@ -203,7 +205,7 @@ def write_admission(
             found = read(deps, lookup, found)
         missing: list[Obj] = []
         written = deps.kube.write_status(
-            kind, namespace, name, partial(desired, found=found, missing=missing)
+            kind, namespace, name, partial(desired, found=found, missing=missing), current=seen
         )
         if written is None or not missing:
             return written

@@ -84,7 +84,7 @@ class KubePort(Protocol):
     ) -> Written | None: ...
 
     def write_finalizers(
-        self, kind: Kind, namespace: str, name: str, desired: FinalizersFn
+        self, kind: Kind, namespace: str, name: str, desired: FinalizersFn, current: Obj | None = None
     ) -> Written | None: ...
 
     def record_event(

@@ -225,15 +225,21 @@ class Kube:
         return self._guarded(kind, namespace, name, desired, "status", subresource=True, current=current)
 
     def write_finalizers(
-        self, kind: Kind, namespace: str, name: str, desired: Callable[[Obj], list[str] | None]
+        self,
+        kind: Kind,
+        namespace: str,
+        name: str,
+        desired: Callable[[Obj], list[str] | None],
+        current: Obj | None = None,
     ) -> Written | None:
-        """Set metadata.finalizers under the same resourceVersion guard."""
+        """Set metadata.finalizers under the same resourceVersion guard (`current` as for
+        `write_status`)."""
 
         def compute(obj: Obj) -> Obj | None:
             wanted = desired(obj)
             return None if wanted is None else {"finalizers": wanted}
 
-        return self._guarded(kind, namespace, name, compute, "metadata", subresource=False)
+        return self._guarded(kind, namespace, name, compute, "metadata", subresource=False, current=current)
 
     def _guarded(
         self,

@@ -67,6 +67,38 @@ def test_first_admission_then_own_update_is_a_no_op(world: Testbed, structured: 
     assert world.get(VLLM_ADAPTER, ns, "a") == stored
 
 
+def test_a_first_admission_reads_the_adapter_once(world: Testbed) -> None:
+    """The finalizer write starts from the adapter as admit read it, and the status write from
+    the object the finalizer write returned (each guarded by its resourceVersion)."""
+    ns = world.namespace()
+    world.create(MODEL, ns, {"metadata": {"name": "llama"}, "spec": {}})
+    created = adapter(world, ns)
+    world.kube.reset_counters()
+    reply_of(world.post("admit", world.apiserver_event("add", created)))
+    assert world.kube.requests == {
+        ("get", "loraadapters"): 1,
+        ("patch", "loraadapters"): 1,
+        ("get", "models"): 1,
+        ("patch", "loraadapters/status"): 1,
+    }
+
+
+def test_an_adapter_changed_under_admission_is_read_again(world: Testbed) -> None:
+    """A write from a stale object is refused (409) and starts again from a fresh read."""
+    ns = world.namespace()
+    world.create(MODEL, ns, {"metadata": {"name": "llama"}, "spec": {}})
+    created = adapter(world, ns)
+    world.kube.inject(409, times=1, verb="patch", resource="loraadapters")
+    try:
+        reply_of(world.post("admit", world.apiserver_event("add", created)))
+    finally:
+        world.kube.clear_faults()
+    stored = world.get(VLLM_ADAPTER, ns, "a")
+    assert stored is not None
+    assert stored["metadata"]["finalizers"] == ["loraflow.io/unload"]
+    assert conditions(stored) == {"Ready": ("Unknown", "Admitted")}
+
+
 def test_missing_model_then_model_appears(world: Testbed) -> None:
     ns = world.namespace()
     created = adapter(world, ns)

@@ -185,7 +185,7 @@ class FakeKube:
         return self._write(kind, namespace, name, change)
 
     def write_finalizers(
-        self, kind: Kind, namespace: str, name: str, desired: FinalizersFn
+        self, kind: Kind, namespace: str, name: str, desired: FinalizersFn, current: Obj | None = None
     ) -> Written | None:
         def change(obj: Obj) -> Obj | None:
             wanted = desired(obj)
