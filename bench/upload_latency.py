@@ -454,7 +454,8 @@ def _size(stack: Stack, replicas: int, repeats: int, concurrency: int) -> dict[s
 
 def run(smoke: bool) -> Result:
     sizes = (2,) if smoke else (3, 20)
-    repeats = 1 if smoke else 15  # medians of 15: both sides vary by ~+-20% run to run on 2 shared cores
+    # medians of 25: single samples of both sides vary by +-20% on 2 shared cores
+    repeats = 1 if smoke else 25
     concurrency = Settings.from_env().load_concurrency
     results: dict[int, dict[str, Any]] = {}
     # the functions in their own processes, as in a cluster: in this one they would share one
