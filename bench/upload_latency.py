@@ -169,22 +169,22 @@ def measure_one(
     stack.settle(timeout=20, quiet=0.2)
     assert probe.conditions(name).get("Ready") != "True"
     before_last()
-    ready_at: list[float] = []
     started = time.perf_counter()
     stack.upload(*last)
     deadline = started + timeout
-    while True:
-        conditions = probe.conditions(name)
-        if not ready_at and conditions.get("Ready") == "True":
-            ready_at.append(time.perf_counter())
-        if conditions.get("Loaded") == "True" and probe.everywhere(name):
-            done = time.perf_counter()
-            break
+    # woken by the watch as each status write arrives (no polling beside the broker)
+    if probe.watch.wait(name, lambda c: "True" in (c.get("Ready"), c.get("Loaded")), timeout) is None:
+        raise AssertionError(f"{name}: not Ready after {timeout:.0f} s: {probe.conditions(name)}")
+    ready_at = time.perf_counter()
+    if probe.watch.wait(name, lambda c: c.get("Loaded") == "True", deadline - ready_at) is None:
+        raise AssertionError(f"{name}: not served after {timeout:.0f} s: {probe.conditions(name)}")
+    while not probe.everywhere(name):  # Loaded is written once the engines answered: at once
         if time.perf_counter() > deadline:
-            raise AssertionError(f"{name}: not served after {timeout:.0f} s: {conditions}")
+            raise AssertionError(f"{name}: Loaded but not in every replica after {timeout:.0f} s")
         time.sleep(0.001)
+    done = time.perf_counter()
     stack.settle(timeout=20, quiet=0.2)
-    return (ready_at[0] if ready_at else done) - started, done - started
+    return ready_at - started, done - started
 
 
 def stat_status(listing: dict[str, Any]) -> dict[str, Any]:

@@ -4,6 +4,9 @@
 `watch=1` from its resourceVersion, bookmarks on, a relist after 410 Gone) and keeps each
 object's conditions by type; a probe polling GETs every millisecond would cost the server it
 measures far more. What it reports lags a write by the watch's delivery (a few ms on loopback).
+`wait` wakes its caller as each change is recorded: a caller polling `get` every millisecond
+would take this interpreter's lock a thousand times a second from whatever else runs in it
+(the broker and the engine stand-ins).
 """
 
 from __future__ import annotations
@@ -11,6 +14,8 @@ from __future__ import annotations
 import contextlib
 import json
 import threading
+import time
+from collections.abc import Callable
 from typing import Any
 
 import httpx
@@ -28,6 +33,7 @@ class Conditions:
         self._http = plane.http(timeout=30)
         self._seen: dict[str, dict[str, str]] = {}
         self._lock = threading.Lock()
+        self._changed = threading.Condition(self._lock)
         self._stopped = threading.Event()
         self._thread = threading.Thread(target=self._follow, name=f"watch-{kind.plural}", daemon=True)
         self._version = self._list()
@@ -36,6 +42,19 @@ class Conditions:
     def get(self, name: str) -> dict[str, str]:
         with self._lock:
             return dict(self._seen.get(name, {}))
+
+    def wait(
+        self, name: str, until: Callable[[dict[str, str]], bool], timeout: float
+    ) -> dict[str, str] | None:
+        """`name`'s conditions once `until` holds for them (None after `timeout` seconds)."""
+        deadline = time.monotonic() + timeout
+        with self._changed:
+            while not until(conditions := self._seen.get(name, {})):
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return None
+                self._changed.wait(left)
+            return dict(conditions)
 
     def close(self) -> None:
         self._stopped.set()
@@ -57,6 +76,7 @@ class Conditions:
             else:
                 conditions = (obj.get("status") or {}).get("conditions") or []
                 self._seen[name] = {str(c.get("type")): str(c.get("status")) for c in conditions}
+            self._changed.notify_all()
 
     def _list(self) -> str:
         answer = self._http.get(self._path)
