@@ -84,15 +84,18 @@ def test_a_first_admission_reads_the_adapter_once(world: Testbed) -> None:
 
 
 def test_an_adapter_changed_under_admission_is_read_again(world: Testbed) -> None:
-    """A write from a stale object is refused (409) and starts again from a fresh read."""
+    """A write the API server refuses with 409 (as it refuses a stale resourceVersion) starts
+    again from a fresh read, not from the object admit began with."""
     ns = world.namespace()
     world.create(MODEL, ns, {"metadata": {"name": "llama"}, "spec": {}})
     created = adapter(world, ns)
+    world.kube.reset_counters()
     world.kube.inject(409, times=1, verb="patch", resource="loraadapters")
     try:
         reply_of(world.post("admit", world.apiserver_event("add", created)))
     finally:
         world.kube.clear_faults()
+    assert world.kube.requests[("get", "loraadapters")] == 2
     stored = world.get(VLLM_ADAPTER, ns, "a")
     assert stored is not None
     assert stored["metadata"]["finalizers"] == ["loraflow.io/unload"]
