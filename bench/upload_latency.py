@@ -251,14 +251,7 @@ def _direct(http: httpx.Client, pool: ThreadPoolExecutor, job: Job) -> tuple[flo
     group_version = f"{VLLM_ADAPTER.group}/{VLLM_ADAPTER.version}"
     obj_url = f"{job.kube}/apis/{group_version}/namespaces/{NS}/{VLLM_ADAPTER.plural}/{job.name}"
     directory = f"/loraadapters/{NS}/{w.MODEL}/{job.name}/"
-    stamp = "2026-01-01T00:00:00Z"
-    ready = {
-        "type": "Ready",
-        "status": "True",
-        "reason": "IntegrityVerified",
-        "message": "ok",
-        "lastTransitionTime": stamp,
-    }
+    ready = w.ready_condition()
     steps: dict[str, float] = {}
     started = time.perf_counter()
 
@@ -319,13 +312,7 @@ def _direct(http: httpx.Client, pool: ThreadPoolExecutor, job: Job) -> tuple[flo
     step("planned")
     list(pool.map(serve, urls))
     step("loaded")
-    loaded = {
-        "type": "Loaded",
-        "status": "True",
-        "reason": "Loaded",
-        "message": "ok",
-        "lastTransitionTime": stamp,
-    }
+    loaded = {**w.ready_condition("Loaded"), "type": "Loaded"}
     http.patch(
         obj_url + "/status",
         headers={**auth, **MERGE},
