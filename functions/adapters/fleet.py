@@ -2,8 +2,9 @@
 
     observed = observe(ports, request)                  # objects, Ready pods, listings, configs
     desire = serving.desired(observed.world)
-    result = execute(ports, observed, desire, request)  # listings and calls, pipelined per pod
-    reports = write_statuses(ports, observed, result)   # one guarded write per adapter
+    with the turns of the bounded pods it loads into:   # functions/adapters/turns.py
+        result = execute(ports, observed, desire)       # listings and calls, pipelined per pod
+        reports = write_statuses(ports, observed, result)  # one guarded write per adapter
 
 `ports` is what it reads and calls (`functions.ports.ServingPorts`): the steps pass their Deps,
 whose ports are built on first use.
@@ -29,6 +30,7 @@ from functools import partial
 from typing import Any, NamedTuple
 
 from functions.adapters.concurrency import Task, bounded_map, pipeline, run_tasks, side_by_side
+from functions.adapters.turns import TURNS
 from functions.logic import adapter_config, capacity, facts, reasons, serving
 from functions.logic.capacity import Capacity
 from functions.logic.loaded import FAILING, describe_failures, sglang_status, vllm_status
@@ -683,9 +685,15 @@ def describe(failing: Sequence[tuple[AdapterKey, TargetKey, PodReport]]) -> str:
 def run(ports: ServingPorts, request: Request, component: str) -> Result:
     """observe -> plan -> execute -> write, and a Warning Event for each adapter whose status
     moved into a failure (not on every retry of the same one)."""
+    stamp = TURNS.stamp()
     observed = observe(ports, request)
-    executed = execute(ports, observed)
-    reported = write_statuses(ports, observed, executed)
+    desire = serving.desired(observed.world)
+    engines = {observed.endpoints[where].url: where for where in loading_into_bounded(observed, desire)}
+    with TURNS.taking(engines, ports.settings.engine_timeout):
+        changed = [where for url, where in engines.items() if TURNS.changed_since(url, stamp)]
+        observed = listed_again(ports, observed, changed)
+        executed = execute(ports, observed, desire)
+        reported = write_statuses(ports, observed, executed)
     executed, reported = take_back_if_deleted(ports, observed, executed, reported)
     result = Result(observed, executed, reported)
     now = ports.clock()
@@ -707,6 +715,32 @@ def run(ports: ServingPorts, request: Request, component: str) -> Result:
         # their deployments writes those statuses (no engine call; an unchanged status is not written)
         run(ports, Request(targets=crossed, load=False), component)
     return result
+
+
+def loading_into_bounded(observed: Observed, desire: Desire) -> list[tuple[TargetKey, str]]:
+    """The pods of known capacity that evict what does not fit, where this run plans a load:
+    it takes their turns (functions/adapters/turns.py)."""
+    world = observed.world
+    return [
+        (pod.target, pod.name)
+        for pods in world.pods.values()
+        for pod in pods
+        if pod.capacity is not None
+        and pod.capacity.evicts_listed
+        and pod.capacity.slots is not None
+        and (pod.target, pod.name) in observed.endpoints
+        and any(a.op != "unload" for a in serving.plan_pod(world, desire, pod, observed.scope))
+    ]
+
+
+def listed_again(ports: ServingPorts, observed: Observed, pods: Sequence[tuple[TargetKey, str]]) -> Observed:
+    """`observed` with the listings of `pods` read again (another turn changed them)."""
+    if not pods:
+        return observed
+    listings = bounded_map(
+        pods, lambda where: ports.engines.listing(observed.endpoints[where]), ports.settings.load_concurrency
+    )
+    return observed._replace(world=_set_listings(observed.world, dict(listings)))
 
 
 def residency_crossed(executed: Executed) -> frozenset[TargetKey]:

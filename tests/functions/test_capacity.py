@@ -6,6 +6,8 @@ adapter and drop it from `/v1/models`; the planner must never make one."""
 
 from __future__ import annotations
 
+import time
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import httpx
@@ -74,3 +76,46 @@ def test_an_inference_service_at_capacity_is_served_within_it_and_never_thrashes
         if v.rule in ("over-capacity", "evicted", "load-evict-loop", "missing")
     ]
     assert violations == [], invariant.report(violations)
+
+
+def test_two_loads_racing_for_a_pods_last_slot_take_turns(world: Testbed) -> None:
+    """One load plans from a view of the claimants taken before a higher-ranked one became
+    Available; the other, with the whole view, lists the pod while the first one's load is still
+    in flight. Without an order between them both load into the pod's one free slot, and the
+    engine evicts a wanted adapter."""
+    ns = world.namespace()
+    world.create(
+        INFERENCE_SERVICE,
+        ns,
+        {
+            "metadata": {"name": "isvc"},
+            "spec": {"runtime": "sglang", "model": "base", "replicas": 1, "engineArgs": ARGS},
+        },
+    )
+    world.workload.sync()
+    (replica,) = [world.workload.replica(ns, p) for p in isvc_pods(world, ns)]
+    names = ["s1", "s2", "s3"]  # created in this order: s1 ranks first, s3 last
+    created = {n: sglang_adapter(world, ns, n, n, sglang_files(world, ns, n)) for n in names}
+    admit(world, created["s1"])
+    admit(world, created["s3"])  # s2 is not Available yet: s3 fits beside s1
+    assert world.post("load", sglang_admitted(world, ns, "s1")).status_code == 200
+    assert sorted(replica.loaded) == ["s1"]
+
+    replica.inject(delay_s=1.0, times=1, routes=["load"])
+    loads_before = replica.calls.get("load", 0)
+    with ThreadPoolExecutor(1) as pool:
+        stale = pool.submit(world.post, "load", sglang_admitted(world, ns, "s3"))
+        deadline = time.monotonic() + 10
+        while replica.calls.get("load", 0) == loads_before and time.monotonic() < deadline:
+            time.sleep(0.01)  # s3's load is at the engine, answered in a second
+        admit(world, created["s2"])
+        assert world.post("load", sglang_admitted(world, ns, "s2")).status_code == 200
+        assert stale.result().status_code == 200
+
+    assert replica.evictions == 0
+    assert sorted(replica.loaded) == ["s1", "s2"]
+    assert [loaded(world, ns, n)["reason"] for n in names] == [
+        "Loaded",
+        "Loaded",
+        "EngineCapacityExceeded",
+    ]
