@@ -26,17 +26,22 @@ def loaded(world: Testbed, ns: str, name: str) -> dict[str, Any]:
     return next(c for c in obj["status"]["conditions"] if c["type"] == "Loaded")
 
 
-def test_an_inference_service_at_capacity_is_served_within_it_and_never_thrashes(world: Testbed) -> None:
-    ns = world.namespace()
+def start_isvc(world: Testbed, ns: str, replicas: int) -> None:
+    """InferenceService `isvc` (SGLang, two adapters per replica) and its replicas started."""
     world.create(
         INFERENCE_SERVICE,
         ns,
         {
             "metadata": {"name": "isvc"},
-            "spec": {"runtime": "sglang", "model": "base", "replicas": 2, "engineArgs": ARGS},
+            "spec": {"runtime": "sglang", "model": "base", "replicas": replicas, "engineArgs": ARGS},
         },
     )
     world.workload.sync()
+
+
+def test_an_inference_service_at_capacity_is_served_within_it_and_never_thrashes(world: Testbed) -> None:
+    ns = world.namespace()
+    start_isvc(world, ns, replicas=2)
     pods = isvc_pods(world, ns)
     replicas = [world.workload.replica(ns, p) for p in pods]
     names = ["s1", "s2", "s3"]
@@ -84,15 +89,7 @@ def test_two_loads_racing_for_a_pods_last_slot_take_turns(world: Testbed) -> Non
     in flight. Without an order between them both load into the pod's one free slot, and the
     engine evicts a wanted adapter."""
     ns = world.namespace()
-    world.create(
-        INFERENCE_SERVICE,
-        ns,
-        {
-            "metadata": {"name": "isvc"},
-            "spec": {"runtime": "sglang", "model": "base", "replicas": 1, "engineArgs": ARGS},
-        },
-    )
-    world.workload.sync()
+    start_isvc(world, ns, replicas=1)
     (replica,) = [world.workload.replica(ns, p) for p in isvc_pods(world, ns)]
     names = ["s1", "s2", "s3"]  # created in this order: s1 ranks first, s3 last
     created = {n: sglang_adapter(world, ns, n, n, sglang_files(world, ns, n)) for n in names}
