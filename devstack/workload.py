@@ -214,24 +214,40 @@ class Workload:
         return self._pods(namespace, selector)
 
     def restart(self, namespace: str, pod: str, unhealthy_for_s: float = 0.2, wait: bool = True) -> None:
-        """Engine restart: Pod not Ready, restartCount + 1, Ready again once /health answers."""
+        """Engine restart: Pod not Ready, restartCount + 1, Ready again once /health answers.
+        KeyError when the Pod is gone (scaled away); gone while restarting, it is let go."""
         replica = self.replica(namespace, pod)
-        current = self._core.read_namespaced_pod(pod, namespace)
-        restarts = sum(c.restart_count for c in current.status.container_statuses or []) + 1
-        self._set_pod_status(namespace, pod, replica, ready=False, restarts=restarts)
+        try:
+            current = self._core.read_namespaced_pod(pod, namespace)
+            restarts = sum(c.restart_count for c in current.status.container_statuses or []) + 1
+            self._set_pod_status(namespace, pod, replica, ready=False, restarts=restarts)
+        except client.ApiException as err:
+            if err.status == 404:  # scaled away, its engine not stopped yet: as if already gone
+                raise KeyError(f"{namespace}/{pod}") from err
+            raise
         replica.restart(unhealthy_for_s=unhealthy_for_s)
         if wait:
             self._await_ready(namespace, pod, replica, restarts)
         else:
             threading.Thread(
-                target=self._await_ready, args=(namespace, pod, replica, restarts), daemon=True
+                target=self._await_ready,
+                args=(namespace, pod, replica, restarts),
+                name=f"ready-{namespace}/{pod}",
+                daemon=True,
             ).start()
 
     def _await_ready(self, namespace: str, pod: str, replica: EngineReplica, restarts: int) -> None:
         deadline = time.monotonic() + 10
-        while not replica.healthy and time.monotonic() < deadline:
+        key = f"{namespace}/{pod}"
+        while not replica.healthy and key in self.fleet and time.monotonic() < deadline:
             time.sleep(0.01)
-        self._set_pod_status(namespace, pod, replica, ready=True, restarts=restarts)
+        if key not in self.fleet:
+            return  # its Pod went meanwhile and its engine stopped
+        try:
+            self._set_pod_status(namespace, pod, replica, ready=True, restarts=restarts)
+        except client.ApiException as err:
+            if err.status != 404:  # 404: deleted meanwhile (scaled down), no status to report
+                raise
 
     def delete_pod(self, namespace: str, pod: str) -> None:
         with contextlib.suppress(client.ApiException):

@@ -6,6 +6,7 @@ Pod deleted by someone else is replaced (its engine stopped), as a ReplicaSet re
 from __future__ import annotations
 
 import secrets
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -97,3 +98,25 @@ def test_a_deleted_pod_is_replaced_and_its_engine_stopped(workload: Running) -> 
     )
     assert f"{namespace}/{first[0]}" not in {key for key, _ in running.fleet.items()}
     assert first[1] in pods(api, namespace)
+
+
+def test_a_pod_scaled_away_around_its_restart_is_let_go(workload: Running) -> None:
+    """A Pod deleted before its engine restarts is gone (KeyError, as for an unknown pod); one
+    deleted while its engine restarts has no status left to report, and nothing fails."""
+    running, api, namespace = workload
+    deploy(api, namespace, 2)
+    eventually(lambda: len(pods(api, namespace)) == 2, 20, what="2 pods")
+    first, second = sorted(pods(api, namespace))
+    core = client.CoreV1Api(api)
+
+    core.delete_namespaced_pod(first, namespace)
+    if f"{namespace}/{first}" in running.fleet:  # its engine not stopped yet
+        with pytest.raises(KeyError):
+            running.restart(namespace, first)
+
+    running.restart(namespace, second, unhealthy_for_s=0.3, wait=False)
+    core.delete_namespaced_pod(second, namespace)
+    waiting = [t for t in threading.enumerate() if t.name == f"ready-{namespace}/{second}"]
+    for thread in waiting:
+        thread.join(15)
+    assert not any(t.is_alive() for t in waiting)
