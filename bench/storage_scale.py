@@ -164,7 +164,8 @@ def run(smoke: bool) -> Result:
         http.close()
         storage.close()
     value, reference = median_of(ours), median_of(bare)
-    ratio = statistics.median(o / b for o, b in zip(ours, bare, strict=True))
+    pairs = [o / b for o, b in zip(ours, bare, strict=True)]
+    ratio = statistics.median(pairs)
     growth = max(0.0, peak_after - peak_before)
     server_ms = round(median_of(server) * 1000, 1)
     return Result(
@@ -182,7 +183,7 @@ def run(smoke: bool) -> Result:
             "samples_ms": [round(s * 1000, 1) for s in ours],
             "bare_listing_ms": [round(s * 1000, 1) for s in bare],
             "stat_dir_ms": [round(s * 1000, 1) for s in listing],
-            "pair_ratios": [round(o / b, 2) for o, b in zip(ours, bare, strict=True)],
+            "pair_ratios": [round(r, 2) for r in pairs],
             "server_cpu_ms": server_ms,
             "server_cpu_samples_ms": [round(s * 1000, 1) for s in server],
             "kube_requests": requests,
@@ -202,7 +203,6 @@ def run(smoke: bool) -> Result:
             else f"; NOT met: stat's own listing takes {median_of(listing) * 1000:.0f} ms and the servers "
             f"{server_ms:.0f} ms of CPU for the {requests} requests, against a bare listing of "
             f"{min(bare) * 1000:.0f}-{max(bare) * 1000:.0f} ms in this run (pairs "
-            f"{min(o / b for o, b in zip(ours, bare, strict=True)):.2f}-"
-            f"{max(o / b for o, b in zip(ours, bare, strict=True)):.2f}x)"
+            f"{min(pairs):.2f}-{max(pairs):.2f}x)"
         ),
     )

@@ -726,8 +726,7 @@ def loading_into_bounded(observed: Observed, desire: Desire) -> list[tuple[Targe
         for pods in world.pods.values()
         for pod in pods
         if pod.capacity is not None
-        and pod.capacity.evicts_listed
-        and pod.capacity.slots is not None
+        and pod.capacity.evicts_when_full
         and (pod.target, pod.name) in observed.endpoints
         and any(a.op != "unload" for a in serving.plan_pod(world, desire, pod, observed.scope))
     ]

@@ -39,6 +39,11 @@ class Capacity(NamedTuple):
     problem: tuple[str, str] | None = None
     """(reason, message) when the replica's capacity is garbage: nothing is loaded into it."""
 
+    @property
+    def evicts_when_full(self) -> bool:
+        """A load into a full replica puts out another adapter (sglang with a known limit)."""
+        return self.evicts_listed and self.slots is not None
+
 
 def unbounded(runtime: Runtime) -> Capacity:
     return Capacity(None, runtime == "sglang")
