@@ -9,7 +9,7 @@ and import none of them.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from datetime import datetime
 from typing import Any, NamedTuple, Protocol
 
@@ -58,6 +58,8 @@ class CallResult(NamedTuple):
     reason: str
     message: str = ""
     retryable: bool = False
+    holds: Mapping[str, str] | None = None
+    """What the engine holds after a load, name -> path, when its answer says (SGLang)."""
 
 
 class KubePort(Protocol):

@@ -190,21 +190,37 @@ def error_message(answer: Answer) -> str:
     return answer.text().strip()[:500]
 
 
-def _succeeded(answer: Answer) -> bool:
-    if answer.status != 200:
-        return False
-    if "json" in answer.content_type:
-        try:
-            body = answer.json()
-        except (ValueError, UnicodeDecodeError, RecursionError):
-            return True
-        return not (isinstance(body, dict) and body.get("success") is False)
-    return True
+def _json_body(answer: Answer) -> Any:
+    """The answer's JSON body; None when it is not JSON (vLLM's plain text) or not parseable."""
+    if "json" not in answer.content_type:
+        return None
+    try:
+        return answer.json()
+    except (ValueError, UnicodeDecodeError, RecursionError):
+        return None
+
+
+def _succeeded(answer: Answer, body: Any) -> bool:
+    return answer.status == 200 and not (isinstance(body, dict) and body.get("success") is False)
+
+
+def holds_after(body: Any) -> dict[str, str] | None:
+    """What a load's answer says the engine holds after it, name -> path: SGLang's
+    `loaded_adapters` (tokenizer_control_mixin.py `load_lora_adapter` drops from it what it
+    evicted to make room). None when the answer does not say, or says it in another shape."""
+    held = body.get("loaded_adapters") if isinstance(body, dict) else None
+    if not isinstance(held, dict):
+        return None
+    if not all(isinstance(name, str) and isinstance(path, str) for name, path in held.items()):
+        return None
+    return held
 
 
 def classify_load(answer: Answer) -> CallResult:
-    if _succeeded(answer):
-        return OK
+    body = _json_body(answer)
+    if _succeeded(answer, body):
+        held = holds_after(body)
+        return OK if held is None else OK._replace(holds=held)
     message = error_message(answer)
     lowered = message.lower()
     if answer.status in (400, 409) and "already" in lowered and "loaded" in lowered:
@@ -223,7 +239,7 @@ def classify_load(answer: Answer) -> CallResult:
 
 
 def classify_unload(answer: Answer) -> CallResult:
-    if _succeeded(answer):
+    if _succeeded(answer, _json_body(answer)):
         return CallResult(True, reasons.POD_UNLOADED)
     message = error_message(answer)
     lowered = message.lower()
@@ -353,7 +369,7 @@ class Engines:
         if protocol.inplace and self._replace == "inplace":
             result = self.load(endpoint, name, path, inplace=True)
             if result.ok and result.reason != reasons.POD_ALREADY_LOADED:
-                return CallResult(True, reasons.POD_REPLACED, result.message)
+                return result._replace(reason=reasons.POD_REPLACED)
             if not result.ok:
                 return result
             # "already loaded": this release ignores load_inplace
@@ -362,7 +378,7 @@ class Engines:
             return unloaded
         loaded = self.load(endpoint, name, path)
         if loaded.ok and loaded.reason != reasons.POD_ALREADY_LOADED:
-            return CallResult(True, reasons.POD_REPLACED, loaded.message)
+            return loaded._replace(reason=reasons.POD_REPLACED)
         if loaded.ok:  # someone loaded it between our two calls: whose copy is unknown
             return CallResult(
                 False, reasons.LOAD_REJECTED, "loaded again by another caller during the replacement", True

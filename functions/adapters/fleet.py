@@ -510,7 +510,7 @@ def call(ports: ServingPorts, ep: Endpoint, action: Action) -> Outcome:
         result = ports.engines.replace(ep, action.lora_name, action.lora_path)
     else:
         result = ports.engines.unload(ep, action.lora_name)
-    return Outcome(action, result.ok, result.reason, result.message, result.retryable)
+    return Outcome(action, result.ok, result.reason, result.message, result.retryable, result.holds)
 
 
 def undo_if_deleted(
@@ -714,7 +714,27 @@ def run(ports: ServingPorts, request: Request, component: str) -> Result:
         # the other adapters these pods list moved between resident and reloadable: a pass over
         # their deployments writes those statuses (no engine call; an unchanged status is not written)
         run(ports, Request(targets=crossed, load=False), component)
+    evicted = evicted_by_others(executed)
+    if evicted and not request.targets:
+        # turns order this process only: one pass over those targets, from new listings, puts
+        # back what ranks in, takes out what ranks out, and writes every status they change
+        run(ports, Request(targets=evicted), component)
     return result
+
+
+def evicted_by_others(executed: Executed) -> frozenset[TargetKey]:
+    """The targets where a load's answer shows the engine evicted a name this run did not
+    unload: another writer loaded into the pod after it was listed (`serving.put_out`)."""
+    put_out = serving.put_out(executed.before, executed.outcomes)
+    for (target, pod), names in sorted(put_out.items()):
+        log.warning(
+            "the engine of %s (%s) evicted %s while this run loaded into it: another writer loaded there",
+            pod,
+            target,
+            ", ".join(sorted(names)),
+            extra={"pod": pod, "target": str(target), "evicted": sorted(names)},
+        )
+    return frozenset(target for target, _ in put_out)
 
 
 def loading_into_bounded(observed: Observed, desire: Desire) -> list[tuple[TargetKey, str]]:

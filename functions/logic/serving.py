@@ -210,6 +210,8 @@ class Outcome(NamedTuple):
     reason: str
     message: str = ""
     retryable: bool = False
+    holds: Mapping[str, str] | None = None
+    """What the engine's answer to a load says it holds after it (SGLang), name -> path."""
 
 
 class PodReport(NamedTuple):
@@ -584,6 +586,7 @@ def plan(world: World, desire: Desire, scope: Scope) -> list[Action]:
 # -- after the calls -------------------------------------------------------------------------------------
 def apply(world: World, outcomes: Iterable[Outcome]) -> World:
     """The world as it is after the successful calls (listings and served records updated)."""
+    outcomes = tuple(outcomes)
     listings: dict[tuple[TargetKey, str], dict[str, str] | None] = {}
     served: dict[AdapterKey, dict[str, str]] = {}
     for outcome in outcomes:
@@ -607,6 +610,10 @@ def apply(world: World, outcomes: Iterable[Outcome]) -> World:
         listings[where][action.lora_name] = action.lora_path  # type: ignore[index]
         if action.adapter in served:
             served[action.adapter][action.pod] = action.file_set
+    for where, names in put_out(world, outcomes).items():
+        current = listings[where] if where in listings else _listing_of(world, *where)
+        if isinstance(current, Mapping):
+            listings[where] = {n: root for n, root in current.items() if n not in names}
     pods = {
         target: tuple(
             pod._replace(listing=listings[(target, pod.name)]) if (target, pod.name) in listings else pod
@@ -619,6 +626,25 @@ def apply(world: World, outcomes: Iterable[Outcome]) -> World:
         for key, adapter in world.adapters.items()
     }
     return world._replace(pods=pods, adapters=adapters)
+
+
+def put_out(world: World, outcomes: Iterable[Outcome]) -> dict[tuple[TargetKey, str], frozenset[str]]:
+    """Per pod, the names it listed before these calls that a load's answer says the engine no
+    longer holds, though none of these calls unloaded them: the engine evicted them to make
+    room, because another writer (another instance of load, reload, an operator) loaded into
+    the pod after this run listed it. Only SGLang's answers say what the engine holds."""
+    outcomes = list(outcomes)
+    touched = {(o.action.target, o.action.pod, o.action.lora_name) for o in outcomes if o.action.op != "load"}
+    gone: dict[tuple[TargetKey, str], set[str]] = defaultdict(set)
+    for o in outcomes:
+        if not o.ok or o.holds is None:
+            continue
+        before = _listing_of(world, o.action.target, o.action.pod)
+        if not isinstance(before, Mapping):
+            continue
+        where = (o.action.target, o.action.pod)
+        gone[where] |= {n for n in before if n not in o.holds and (*where, n) not in touched}
+    return {where: frozenset(names) for where, names in gone.items() if names}
 
 
 def with_records(

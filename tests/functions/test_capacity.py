@@ -116,3 +116,40 @@ def test_two_loads_racing_for_a_pods_last_slot_take_turns(world: Testbed) -> Non
         "Loaded",
         "EngineCapacityExceeded",
     ]
+
+
+def test_an_eviction_that_a_load_answer_shows_is_repaired_at_once(world: Testbed) -> None:
+    """Turns order one process only: another writer (a second instance of load, with a view in
+    which s2 is not Available yet) loads s3 into the pod while this run's load of s2 is in
+    flight. The engine evicts s1 to make room for s2, and its answer no longer lists s1: the
+    run lists the InferenceService again and puts it back to what ranks in."""
+    ns = world.namespace()
+    start_isvc(world, ns, replicas=1)
+    (replica,) = [world.workload.replica(ns, p) for p in isvc_pods(world, ns)]
+    names = ["s1", "s2", "s3"]  # created in this order: s1 ranks first, s3 last
+    paths = {n: sglang_files(world, ns, n) for n in names}
+    for name in names:
+        admit(world, sglang_adapter(world, ns, name, name, paths[name]))
+    assert world.post("load", sglang_admitted(world, ns, "s1")).status_code == 200
+    assert sorted(replica.loaded) == ["s1"]
+
+    replica.inject(delay_s=1.0, times=1, routes=["load"])
+    loads_before = replica.calls.get("load", 0)
+    with ThreadPoolExecutor(1) as pool:
+        ours = pool.submit(world.post, "load", sglang_admitted(world, ns, "s2"))
+        deadline = time.monotonic() + 10
+        while replica.calls.get("load", 0) == loads_before and time.monotonic() < deadline:
+            time.sleep(0.01)  # s2's load is at the engine, answered in a second
+        other = httpx.post(
+            replica.url + "/load_lora_adapter", json={"lora_name": "s3", "lora_path": paths["s3"]}
+        )
+        assert other.status_code == 200 and sorted(other.json()["loaded_adapters"]) == ["s1", "s3"]
+        assert ours.result().status_code == 200
+
+    assert replica.evictions == 1  # s1, the least recently used, when s2 landed
+    assert sorted(replica.loaded) == ["s1", "s2"]
+    assert [loaded(world, ns, n)["reason"] for n in names] == [
+        "Loaded",
+        "Loaded",
+        "EngineCapacityExceeded",
+    ]

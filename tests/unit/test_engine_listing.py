@@ -1,4 +1,5 @@
-"""engines.adapters_listed: a `GET /v1/models` answer read into name -> path.
+"""engines.adapters_listed: a `GET /v1/models` answer read into name -> path; and what a load's
+answer says the engine holds after it.
 
 The answers are the engine stand-ins' own (devstack/engines: vLLM's and SGLang's card shapes,
 with fields we do not read); a malformed answer raises ValueError, which Engines.listing turns
@@ -13,7 +14,8 @@ import pytest
 
 from devstack.standins.engines.sglang import SglangReplica
 from devstack.standins.engines.vllm import VllmReplica
-from functions.adapters.engines import adapters_listed
+from functions.adapters.engines import Answer, adapters_listed, classify_load
+from functions.logic import reasons
 
 ADAPTERS = {
     "finance": "/mnt/seaweedfs/loraadapters/a/m/finance",
@@ -49,3 +51,35 @@ def test_an_engine_without_adapters_lists_none() -> None:
 def test_a_malformed_answer_is_refused(body: bytes) -> None:
     with pytest.raises(ValueError):
         adapters_listed(body)
+
+
+@pytest.mark.parametrize(
+    ("content_type", "body", "holds"),
+    [
+        pytest.param(
+            "application/json",
+            {"success": True, "error_message": "", "loaded_adapters": {"s2": "/p/s2", "s3": "/p/s3"}},
+            {"s2": "/p/s2", "s3": "/p/s3"},
+            id="sglang",
+        ),
+        pytest.param("text/plain", "Success: LoRA adapter 's2' added successfully.", None, id="vllm"),
+        pytest.param("application/json", {"success": True, "loaded_adapters": ["s2"]}, None, id="a-list"),
+        pytest.param(
+            "application/json", {"success": True, "loaded_adapters": {"s2": 7}}, None, id="a-number"
+        ),
+        pytest.param("application/json", {"success": True, "loaded_adapters": None}, None, id="null"),
+    ],
+)
+def test_a_load_answer_says_what_the_engine_holds_only_in_sglangs_shape(
+    content_type: str, body: object, holds: dict[str, str] | None
+) -> None:
+    raw = body.encode() if isinstance(body, str) else json.dumps(body).encode()
+    result = classify_load(Answer(200, content_type, raw))
+    assert result.ok and result.reason == reasons.POD_LOADED
+    assert result.holds == holds
+
+
+def test_a_failed_load_says_nothing_of_what_the_engine_holds() -> None:
+    body = {"success": False, "error_message": "Failed to load", "loaded_adapters": {"s1": "/p/s1"}}
+    result = classify_load(Answer(400, "application/json", json.dumps(body).encode()))
+    assert not result.ok and result.holds is None

@@ -449,6 +449,32 @@ def test_loads_that_succeeded_are_served_and_recorded() -> None:
     assert loaded.summarize(report).message == "loaded in 2 Ready pod(s): d1 2/2"
 
 
+def test_a_name_the_engine_put_out_to_make_room_leaves_the_pods_listing() -> None:
+    """A load's answer (SGLang's loaded_adapters) no longer lists a name the pod listed before and
+    that no call of this run unloaded: the engine evicted it, because another writer loaded into
+    the pod meanwhile. What the run itself unloaded, or an answer that says nothing, is no sign."""
+    s2 = AdapterKey("sglang", "ns", "s2")
+    w = world(
+        [sglang("s1", "s1", "/p/s1"), sglang("s2", "s2", "/p/s2", created="2026-02-01T00:00:00Z")],
+        [isvc()],
+        {SVC: {"p0": {"s1": "/p/s1", "x": "/p/x"}, "p1": {"s1": "/p/s1"}}},
+    )
+    unload_x = Outcome(
+        Action("unload", SVC, "p0", "x", AdapterKey("sglang", "ns", "x")), True, reasons.POD_UNLOADED
+    )
+    load = Action("load", SVC, "p0", "s2", s2, "/p/s2", "/p/s2")
+    evicting = Outcome(load, True, LOADED, holds={"s2": "/p/s2", "theirs": "/p/theirs"})
+    silent = Outcome(load._replace(pod="p1"), True, LOADED)
+    outcomes = [unload_x, evicting, silent]
+    assert serving.put_out(w, outcomes) == {(SVC, "p0"): frozenset({"s1"})}
+    after = serving.apply(w, outcomes)
+    assert {p.name: dict(p.listing or {}) for p in after.pods[SVC]} == {
+        "p0": {"s2": "/p/s2"},
+        "p1": {"s1": "/p/s1", "s2": "/p/s2"},
+    }
+    assert serving.put_out(w, [unload_x, evicting._replace(holds={"s1": "/p/s1", "s2": "/p/s2"})]) == {}
+
+
 OLD_SET = "md5set:older"
 
 
