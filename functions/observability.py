@@ -53,6 +53,13 @@ ENGINE_FAILURES = Counter(
     ["runtime", "operation", "reason"],
     registry=REGISTRY,
 )
+ENGINE_EVICTIONS = Counter(
+    "loraflow_engine_evictions_total",
+    "Adapters an engine evicted to make room while we loaded into it (another writer loaded there "
+    "meanwhile), by runtime",
+    ["runtime"],
+    registry=REGISTRY,
+)
 KUBE_REQUESTS = Counter(
     "loraflow_kube_requests_total",
     "Kubernetes API requests, by verb and resource",

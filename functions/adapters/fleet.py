@@ -58,6 +58,7 @@ from functions.logic.serving import (
     TargetKey,
     World,
 )
+from functions.observability import ENGINE_EVICTIONS
 from functions.ports import ServingPorts, Written
 from functions.resources.kinds import (
     INFERENCE_SERVICE,
@@ -714,7 +715,7 @@ def run(ports: ServingPorts, request: Request, component: str) -> Result:
         # the other adapters these pods list moved between resident and reloadable: a pass over
         # their deployments writes those statuses (no engine call; an unchanged status is not written)
         run(ports, Request(targets=crossed, load=False), component)
-    evicted = evicted_by_others(executed)
+    evicted = evicted_by_others(observed, executed)
     if evicted and not request.targets:
         # turns order this process only: one pass over those targets, from new listings, puts
         # back what ranks in, takes out what ranks out, and writes every status they change
@@ -722,11 +723,12 @@ def run(ports: ServingPorts, request: Request, component: str) -> Result:
     return result
 
 
-def evicted_by_others(executed: Executed) -> frozenset[TargetKey]:
+def evicted_by_others(observed: Observed, executed: Executed) -> frozenset[TargetKey]:
     """The targets where a load's answer shows the engine evicted a name this run did not
     unload: another writer loaded into the pod after it was listed (`serving.put_out`)."""
     put_out = serving.put_out(executed.before, executed.outcomes)
     for (target, pod), names in sorted(put_out.items()):
+        ENGINE_EVICTIONS.labels(observed.endpoints[(target, pod)].runtime).inc(len(names))
         log.warning(
             "the engine of %s (%s) evicted %s while this run loaded into it: another writer loaded there",
             pod,

@@ -11,6 +11,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import httpx
+from prometheus_client.parser import text_string_to_metric_families
 
 from functions.resources.kinds import INFERENCE_SERVICE, SGLANG_ADAPTER
 from tests.support import invariant
@@ -24,6 +25,16 @@ def loaded(world: Testbed, ns: str, name: str) -> dict[str, Any]:
     obj = world.get(SGLANG_ADAPTER, ns, name)
     assert obj is not None
     return next(c for c in obj["status"]["conditions"] if c["type"] == "Loaded")
+
+
+def evictions_seen(world: Testbed) -> float:
+    """load's `loraflow_engine_evictions_total` for SGLang, from its `GET /metrics`."""
+    text = world.http.get(world.host.urls["load"] + "metrics").text
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name == "loraflow_engine_evictions_total" and sample.labels == {"runtime": "sglang"}:
+                return sample.value
+    return 0.0
 
 
 def start_isvc(world: Testbed, ns: str, replicas: int) -> None:
@@ -132,6 +143,7 @@ def test_an_eviction_that_a_load_answer_shows_is_repaired_at_once(world: Testbed
         admit(world, sglang_adapter(world, ns, name, name, paths[name]))
     assert world.post("load", sglang_admitted(world, ns, "s1")).status_code == 200
     assert sorted(replica.loaded) == ["s1"]
+    evictions_before = evictions_seen(world)
 
     replica.inject(delay_s=1.0, times=1, routes=["load"])
     loads_before = replica.calls.get("load", 0)
@@ -147,6 +159,7 @@ def test_an_eviction_that_a_load_answer_shows_is_repaired_at_once(world: Testbed
         assert ours.result().status_code == 200
 
     assert replica.evictions == 1  # s1, the least recently used, when s2 landed
+    assert evictions_seen(world) == evictions_before + 1
     assert sorted(replica.loaded) == ["s1", "s2"]
     assert [loaded(world, ns, n)["reason"] for n in names] == [
         "Loaded",
