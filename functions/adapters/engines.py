@@ -225,6 +225,8 @@ def classify_load(answer: Answer) -> CallResult:
     lowered = message.lower()
     if answer.status in (400, 409) and "already" in lowered and "loaded" in lowered:
         return CallResult(True, reasons.POD_ALREADY_LOADED, message)
+    if answer.status == 400 and "maximum number of loaded lora adapters" in lowered:
+        return CallResult(False, reasons.ENGINE_FULL, f"HTTP 400: {message}", retryable=True)
     if answer.status == 404 and lowered == "not found":
         return CallResult(
             False,

@@ -97,6 +97,10 @@ ENGINE_ANSWER_TOO_LARGE = "EngineAnswerTooLarge"
 ADAPTER_PATH_NOT_FOUND = "AdapterPathNotFound"
 RUNTIME_UPDATES_DISABLED = "RuntimeUpdatesDisabled"
 LOAD_REJECTED = "LoadRejected"
+ENGINE_FULL = "EngineFull"
+"""The engine refused a load because it holds all it may (SGLang before the LRU release:
+"Maximum number of loaded LoRA adapters is N"): another writer filled the slot after the pod was
+listed, so the load is tried again from a new listing."""
 
 # -- Kubernetes Events ---------------------------------------------------------------------------------
 EVENT_LOAD_FAILED = LOAD_FAILED

@@ -166,3 +166,43 @@ def test_an_eviction_that_a_load_answer_shows_is_repaired_at_once(world: Testbed
         "Loaded",
         "EngineCapacityExceeded",
     ]
+
+
+def test_a_load_the_engine_refuses_as_full_is_tried_again_from_a_new_listing(world: Testbed) -> None:
+    """SGLang before its LRU release refuses a load past `--max-loaded-loras` (400 "Maximum number
+    of loaded LoRA adapters is N"). Another writer filled the pod's last slot while this run's load
+    of s2 was on its way: the refusal is retried (503, the Broker redelivers), and the next
+    attempt lists the pod, unloads s3 (which ranks out) and loads s2."""
+    ns = world.namespace()
+    start_isvc(world, ns, replicas=1)
+    (replica,) = [world.workload.replica(ns, p) for p in isvc_pods(world, ns)]
+    replica.configure(capacity_mode="refuse")
+    names = ["s1", "s2", "s3"]  # created in this order: s1 ranks first, s3 last
+    paths = {n: sglang_files(world, ns, n) for n in names}
+    for name in names:
+        admit(world, sglang_adapter(world, ns, name, name, paths[name]))
+    assert world.post("load", sglang_admitted(world, ns, "s1")).status_code == 200
+
+    replica.inject(delay_s=1.0, times=1, routes=["load"])
+    loads_before = replica.calls.get("load", 0)
+    with ThreadPoolExecutor(1) as pool:
+        ours = pool.submit(world.post, "load", sglang_admitted(world, ns, "s2"))
+        deadline = time.monotonic() + 10
+        while replica.calls.get("load", 0) == loads_before and time.monotonic() < deadline:
+            time.sleep(0.01)  # s2's load is on its way to the engine, there in a second
+        other = httpx.post(
+            replica.url + "/load_lora_adapter", json={"lora_name": "s3", "lora_path": paths["s3"]}
+        )
+        assert other.status_code == 200
+        refused = ours.result()
+    assert refused.status_code == 503 and "EngineFull" in refused.text
+    assert sorted(replica.loaded) == ["s1", "s3"]
+
+    assert world.post("load", sglang_admitted(world, ns, "s2")).status_code == 200  # redelivered
+    assert sorted(replica.loaded) == ["s1", "s2"]
+    assert replica.evictions == 0
+    assert [loaded(world, ns, n)["reason"] for n in names] == [
+        "Loaded",
+        "Loaded",
+        "EngineCapacityExceeded",
+    ]

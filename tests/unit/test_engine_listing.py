@@ -83,3 +83,16 @@ def test_a_failed_load_says_nothing_of_what_the_engine_holds() -> None:
     body = {"success": False, "error_message": "Failed to load", "loaded_adapters": {"s1": "/p/s1"}}
     result = classify_load(Answer(400, "application/json", json.dumps(body).encode()))
     assert not result.ok and result.holds is None
+
+
+def test_a_load_refused_because_the_engine_is_full_is_retried() -> None:
+    """SGLang before its LRU release (tokenizer_manager.py `load_lora_adapter` under
+    `lora_update_lock`); any other 400 is the adapter's own problem and is not retried."""
+    full = "Cannot load LoRA adapter s2 at path /p/s2. Maximum number of loaded LoRA adapters is 2. "
+    full += "Please unload some LoRA adapters before loading new ones."
+    body = {"success": False, "error_message": full, "loaded_adapters": None}
+    result = classify_load(Answer(400, "application/json", json.dumps(body).encode()))
+    assert (result.ok, result.reason, result.retryable) == (False, reasons.ENGINE_FULL, True)
+    body["error_message"] = "LoRA adapter s2 with rank 128 is incompatible with the current LoRA memory pool"
+    result = classify_load(Answer(400, "application/json", json.dumps(body).encode()))
+    assert (result.ok, result.reason, result.retryable) == (False, reasons.LOAD_REJECTED, False)
