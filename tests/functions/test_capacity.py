@@ -7,12 +7,14 @@ adapter and drop it from `/v1/models`; the planner must never make one."""
 from __future__ import annotations
 
 import time
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
+from devstack.standins.engines import EngineReplica
 from functions.resources.kinds import INFERENCE_SERVICE, SGLANG_ADAPTER
 from tests.support import invariant
 from tests.support.builders import admit, isvc_pods, sglang_adapter, sglang_admitted, sglang_files
@@ -94,39 +96,68 @@ def test_an_inference_service_at_capacity_is_served_within_it_and_never_thrashes
     assert violations == [], invariant.report(violations)
 
 
+def one_replica_with_s1(
+    world: Testbed, ns: str, admitted: Sequence[str]
+) -> tuple[EngineReplica, dict[str, dict[str, Any]]]:
+    """A one-replica `isvc` serving s1, and adapters s1, s2, s3 created in this order (s1 ranks
+    first, s3 last), of which `admitted` are Available: the replica, and the adapters as created."""
+    start_isvc(world, ns, replicas=1)
+    (replica,) = [world.workload.replica(ns, p) for p in isvc_pods(world, ns)]
+    created = {n: sglang_adapter(world, ns, n, n, sglang_files(world, ns, n)) for n in ("s1", "s2", "s3")}
+    for name in admitted:
+        admit(world, created[name])
+    assert world.post("load", sglang_admitted(world, ns, "s1")).status_code == 200
+    assert sorted(replica.loaded) == ["s1"]
+    return replica, created
+
+
+def load_held_at_the_engine(
+    world: Testbed, replica: EngineReplica, ns: str, name: str, meanwhile: Callable[[], None]
+) -> httpx.Response:
+    """load's answer to `name`'s admission, whose engine call is held a second at the engine
+    while `meanwhile` acts on the same pod."""
+    replica.inject(delay_s=1.0, times=1, routes=["load"])
+    loads_before = replica.calls.get("load", 0)
+    with ThreadPoolExecutor(1) as pool:
+        held = pool.submit(world.post, "load", sglang_admitted(world, ns, name))
+        deadline = time.monotonic() + 10
+        while replica.calls.get("load", 0) == loads_before and time.monotonic() < deadline:
+            time.sleep(0.01)
+        meanwhile()
+        return held.result()
+
+
+def load_directly(replica: EngineReplica, adapter: dict[str, Any]) -> httpx.Response:
+    """What another writer does (a second instance of load, with a view of its own)."""
+    spec = adapter["spec"]
+    return httpx.post(
+        replica.url + "/load_lora_adapter", json={"lora_name": spec["name"], "lora_path": spec["path"]}
+    )
+
+
+def reasons_of(world: Testbed, ns: str) -> list[str]:
+    return [loaded(world, ns, n)["reason"] for n in ("s1", "s2", "s3")]
+
+
+SERVED_WITHIN = ["Loaded", "Loaded", "EngineCapacityExceeded"]
+
+
 def test_two_loads_racing_for_a_pods_last_slot_take_turns(world: Testbed) -> None:
     """One load plans from a view of the claimants taken before a higher-ranked one became
     Available; the other, with the whole view, lists the pod while the first one's load is still
     in flight. Without an order between them both load into the pod's one free slot, and the
     engine evicts a wanted adapter."""
     ns = world.namespace()
-    start_isvc(world, ns, replicas=1)
-    (replica,) = [world.workload.replica(ns, p) for p in isvc_pods(world, ns)]
-    names = ["s1", "s2", "s3"]  # created in this order: s1 ranks first, s3 last
-    created = {n: sglang_adapter(world, ns, n, n, sglang_files(world, ns, n)) for n in names}
-    admit(world, created["s1"])
-    admit(world, created["s3"])  # s2 is not Available yet: s3 fits beside s1
-    assert world.post("load", sglang_admitted(world, ns, "s1")).status_code == 200
-    assert sorted(replica.loaded) == ["s1"]
+    replica, created = one_replica_with_s1(world, ns, admitted=["s1", "s3"])  # s3 fits beside s1
 
-    replica.inject(delay_s=1.0, times=1, routes=["load"])
-    loads_before = replica.calls.get("load", 0)
-    with ThreadPoolExecutor(1) as pool:
-        stale = pool.submit(world.post, "load", sglang_admitted(world, ns, "s3"))
-        deadline = time.monotonic() + 10
-        while replica.calls.get("load", 0) == loads_before and time.monotonic() < deadline:
-            time.sleep(0.01)  # s3's load is at the engine, answered in a second
+    def s2_arrives() -> None:
         admit(world, created["s2"])
         assert world.post("load", sglang_admitted(world, ns, "s2")).status_code == 200
-        assert stale.result().status_code == 200
 
+    assert load_held_at_the_engine(world, replica, ns, "s3", s2_arrives).status_code == 200
     assert replica.evictions == 0
     assert sorted(replica.loaded) == ["s1", "s2"]
-    assert [loaded(world, ns, n)["reason"] for n in names] == [
-        "Loaded",
-        "Loaded",
-        "EngineCapacityExceeded",
-    ]
+    assert reasons_of(world, ns) == SERVED_WITHIN
 
 
 def test_an_eviction_that_a_load_answer_shows_is_repaired_at_once(world: Testbed) -> None:
@@ -135,37 +166,18 @@ def test_an_eviction_that_a_load_answer_shows_is_repaired_at_once(world: Testbed
     flight. The engine evicts s1 to make room for s2, and its answer no longer lists s1: the
     run lists the InferenceService again and puts it back to what ranks in."""
     ns = world.namespace()
-    start_isvc(world, ns, replicas=1)
-    (replica,) = [world.workload.replica(ns, p) for p in isvc_pods(world, ns)]
-    names = ["s1", "s2", "s3"]  # created in this order: s1 ranks first, s3 last
-    paths = {n: sglang_files(world, ns, n) for n in names}
-    for name in names:
-        admit(world, sglang_adapter(world, ns, name, name, paths[name]))
-    assert world.post("load", sglang_admitted(world, ns, "s1")).status_code == 200
-    assert sorted(replica.loaded) == ["s1"]
+    replica, created = one_replica_with_s1(world, ns, admitted=["s1", "s2", "s3"])
     evictions_before = evictions_seen(world)
 
-    replica.inject(delay_s=1.0, times=1, routes=["load"])
-    loads_before = replica.calls.get("load", 0)
-    with ThreadPoolExecutor(1) as pool:
-        ours = pool.submit(world.post, "load", sglang_admitted(world, ns, "s2"))
-        deadline = time.monotonic() + 10
-        while replica.calls.get("load", 0) == loads_before and time.monotonic() < deadline:
-            time.sleep(0.01)  # s2's load is at the engine, answered in a second
-        other = httpx.post(
-            replica.url + "/load_lora_adapter", json={"lora_name": "s3", "lora_path": paths["s3"]}
-        )
+    def s3_loaded_by_another_writer() -> None:
+        other = load_directly(replica, created["s3"])
         assert other.status_code == 200 and sorted(other.json()["loaded_adapters"]) == ["s1", "s3"]
-        assert ours.result().status_code == 200
 
+    assert load_held_at_the_engine(world, replica, ns, "s2", s3_loaded_by_another_writer).status_code == 200
     assert replica.evictions == 1  # s1, the least recently used, when s2 landed
     assert evictions_seen(world) == evictions_before + 1
     assert sorted(replica.loaded) == ["s1", "s2"]
-    assert [loaded(world, ns, n)["reason"] for n in names] == [
-        "Loaded",
-        "Loaded",
-        "EngineCapacityExceeded",
-    ]
+    assert reasons_of(world, ns) == SERVED_WITHIN
 
 
 def test_a_load_the_engine_refuses_as_full_is_tried_again_from_a_new_listing(world: Testbed) -> None:
@@ -174,35 +186,17 @@ def test_a_load_the_engine_refuses_as_full_is_tried_again_from_a_new_listing(wor
     of s2 was on its way: the refusal is retried (503, the Broker redelivers), and the next
     attempt lists the pod, unloads s3 (which ranks out) and loads s2."""
     ns = world.namespace()
-    start_isvc(world, ns, replicas=1)
-    (replica,) = [world.workload.replica(ns, p) for p in isvc_pods(world, ns)]
+    replica, created = one_replica_with_s1(world, ns, admitted=["s1", "s2", "s3"])
     replica.configure(capacity_mode="refuse")
-    names = ["s1", "s2", "s3"]  # created in this order: s1 ranks first, s3 last
-    paths = {n: sglang_files(world, ns, n) for n in names}
-    for name in names:
-        admit(world, sglang_adapter(world, ns, name, name, paths[name]))
-    assert world.post("load", sglang_admitted(world, ns, "s1")).status_code == 200
 
-    replica.inject(delay_s=1.0, times=1, routes=["load"])
-    loads_before = replica.calls.get("load", 0)
-    with ThreadPoolExecutor(1) as pool:
-        ours = pool.submit(world.post, "load", sglang_admitted(world, ns, "s2"))
-        deadline = time.monotonic() + 10
-        while replica.calls.get("load", 0) == loads_before and time.monotonic() < deadline:
-            time.sleep(0.01)  # s2's load is on its way to the engine, there in a second
-        other = httpx.post(
-            replica.url + "/load_lora_adapter", json={"lora_name": "s3", "lora_path": paths["s3"]}
-        )
-        assert other.status_code == 200
-        refused = ours.result()
+    def s3_loaded_by_another_writer() -> None:
+        assert load_directly(replica, created["s3"]).status_code == 200
+
+    refused = load_held_at_the_engine(world, replica, ns, "s2", s3_loaded_by_another_writer)
     assert refused.status_code == 503 and "EngineFull" in refused.text
     assert sorted(replica.loaded) == ["s1", "s3"]
 
     assert world.post("load", sglang_admitted(world, ns, "s2")).status_code == 200  # redelivered
     assert sorted(replica.loaded) == ["s1", "s2"]
     assert replica.evictions == 0
-    assert [loaded(world, ns, n)["reason"] for n in names] == [
-        "Loaded",
-        "Loaded",
-        "EngineCapacityExceeded",
-    ]
+    assert reasons_of(world, ns) == SERVED_WITHIN
