@@ -8,8 +8,9 @@ other lists the pod while the first one's load is still in flight, and each fill
 slot. In its turn an invocation lists again every pod that another turn changed since it began
 observing, plans from that listing, makes its calls and writes its statuses; the next one then
 sees both. Turns order the invocations of one process (in a cluster, one instance of a
-function with its one server worker, `WORKERS`); resync lists every pod and repairs what a
-load from elsewhere evicted.
+function with its one server worker, `WORKERS`). What a load from elsewhere makes the engine
+evict shows in the answer to ours (`serving.put_out`), and fleet lists that InferenceService
+again; resync repairs the rest.
 """
 
 from __future__ import annotations
