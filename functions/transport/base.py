@@ -61,6 +61,10 @@ class Pieces(Protocol):
         """The next piece, at most `size` bytes and at most one receive; b"" at the end."""
         ...
 
+    def readinto(self, buffer: memoryview, /) -> int:
+        """Fill `buffer` with the next bytes; fewer only at the end, 0 past it."""
+        ...
+
 
 class Streamed:
     """An exchange's answer: status and headers read, the body left for the caller to read."""
@@ -74,6 +78,11 @@ class Streamed:
     def read1(self, size: int = 1 << 16) -> bytes:
         """The next piece of the body (one receive, bounded by what is left of the deadline)."""
         return self._pieces.read1(size)
+
+    def readinto(self, buffer: memoryview) -> int:
+        """Fill `buffer` with the body's next bytes (each receive bounded as `read1`'s is);
+        fewer only at its end, 0 past it."""
+        return self._pieces.readinto(buffer)
 
     def read(self, cap: int) -> bytes:
         """The whole body: BodyTooLarge once it passes `cap` bytes (declared or received),

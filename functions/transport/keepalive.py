@@ -160,6 +160,12 @@ class _Pieces:
         except (OSError, http.client.HTTPException) as err:
             raise failure(*self._what, err) from err
 
+    def readinto(self, buffer: memoryview) -> int:
+        try:
+            return self._body.readinto(buffer)
+        except (OSError, http.client.HTTPException) as err:
+            raise failure(*self._what, err) from err
+
 
 class _Connection(http.client.HTTPConnection):
     """TCP (http.client's own, TCP_NODELAY), then TLS with SNI and the certificate check on

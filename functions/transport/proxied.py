@@ -89,12 +89,26 @@ class _Pieces:
     def __init__(self, response: httpx.Response, deadline: Deadline) -> None:
         self._raw = response.iter_raw()
         self._deadline = deadline
+        self._rest = b""
+        """What the last piece held beyond the size asked for."""
 
     def read1(self, size: int = 1 << 16) -> bytes:
+        if self._rest:
+            piece, self._rest = self._rest[:size], self._rest[size:]
+            return piece
         self._deadline.left()  # each piece is bounded by the client's timeout, the whole by this
         try:
-            return next(self._raw, b"")
+            piece = next(self._raw, b"")
         except httpx.TimeoutException as err:
             raise TransportTimeout(str(err)) from err
         except httpx.HTTPError as err:
             raise TransportError(str(err)) from err
+        self._rest = piece[size:]
+        return piece[:size]
+
+    def readinto(self, buffer: memoryview) -> int:
+        filled = 0
+        while filled < len(buffer) and (piece := self.read1(len(buffer) - filled)):
+            buffer[filled : filled + len(piece)] = piece
+            filled += len(piece)
+        return filled

@@ -33,6 +33,7 @@ class Reader(Protocol):
     def readline(self, size: int = -1, /) -> bytes: ...
     def read(self, size: int = -1, /) -> bytes: ...
     def read1(self, size: int = -1, /) -> bytes: ...
+    def readinto(self, buffer: memoryview, /) -> int: ...
     def close(self) -> None: ...
 
 
@@ -102,7 +103,8 @@ def read_head(fp: Reader, method: str) -> Head:
 
 class Body:
     """An answer's body on `fp` within its framing (Content-Length, chunked, or to the end),
-    whole (`read`) or as each receive brings it (`read1`, for a caller that caps it)."""
+    whole (`read`), as each receive brings it (`read1`, for a caller that caps it), or into
+    the caller's buffer (`readinto`, for a caller that streams it)."""
 
     def __init__(self, fp: Reader, head: Head) -> None:
         self._fp = fp
@@ -147,6 +149,26 @@ class Body:
         self._left -= len(piece)
         self.done = not self._chunked and not self._left
         return piece
+
+    def readinto(self, buffer: memoryview) -> int:
+        """Fill `buffer` with the body's next bytes, received straight into it (no piece made
+        and joined); fewer only at the body's end, 0 past it."""
+        filled = 0
+        while filled < len(buffer) and not self.done:
+            if self._chunked and not self._left and not self._next_chunk():
+                break
+            room = len(buffer) - filled
+            want = room if self._left is None else min(room, self._left)
+            got = self._fp.readinto(buffer[filled : filled + want])
+            if self._left is None:
+                self.done = got < want  # to the end: the server closed the connection
+            elif got < want:
+                raise http.client.IncompleteRead(b"", self._left - got)
+            else:
+                self._left -= got
+                self.done = not self._chunked and not self._left
+            filled += got
+        return filled
 
     def _next_chunk(self) -> bool:
         """Past the CRLF that ends a chunk, the next one's size line; False (and the trailers

@@ -86,3 +86,9 @@ class _Pieces:
         taken = self._body[: min(size, self._piece)]
         self._body = self._body[len(taken) :]
         return taken
+
+    def readinto(self, buffer: memoryview) -> int:
+        taken = self._body[: len(buffer)]
+        self._body = self._body[len(taken) :]
+        buffer[: len(taken)] = taken
+        return len(taken)

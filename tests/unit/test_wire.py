@@ -141,6 +141,47 @@ def test_a_body_read_piece_by_piece_is_the_whole_body(
     assert streamed(data, method, step, size) == whole
 
 
+def filled(data: bytes, method: str, step: int, size: int) -> tuple[str, Any]:
+    """The body as a streaming hash takes it: `readinto` buffers of `size` bytes, each filled
+    but the last, until one comes back short."""
+    fp = io.BufferedReader(Trickle(data, step))
+    try:
+        head = wire.read_head(fp, method)
+        body = wire.Body(fp, head)
+        buffer = bytearray(size)
+        pieces: list[bytes] = []
+        while (got := body.readinto(memoryview(buffer))) == size:
+            pieces.append(bytes(buffer))
+        pieces.append(bytes(buffer[:got]))
+    except Exception as err:
+        return "raised", type(err).__name__
+    assert body.done
+    assert body.readinto(memoryview(buffer)) == 0
+    return "answer", (head.status, b"".join(pieces), head.headers, head.will_close)
+
+
+@settings(max_examples=1500, deadline=None)
+@given(answers(), st.integers(1, 40), st.integers(1, 40))
+def test_a_body_read_into_buffers_is_the_whole_body(answer: tuple[bytes, str], step: int, size: int) -> None:
+    """A streaming hash fills its own buffers through `Body.readinto`: the same answer, or the
+    same failure, as reading it whole, however the bytes arrive and whatever the buffer size."""
+    data, method = answer
+    assert filled(data, method, step, size) == ours(data, method)
+
+
+def test_a_body_read_into_a_buffer_leaves_the_next_answer_in_place() -> None:
+    first = b"HTTP/1.1 200 OK\r\nContent-Length: 3\r\n\r\nabc"
+    second = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nde\r\n1\r\nf\r\n0\r\n\r\n"
+    third = b"HTTP/1.1 204 No Content\r\n\r\n"
+    fp = io.BufferedReader(Trickle(first + second + third, 5))
+    buffer = bytearray(8)
+    for expected in (b"abc", b"def"):
+        body = wire.Body(fp, wire.read_head(fp, "GET"))
+        got = body.readinto(memoryview(buffer))
+        assert (buffer[:got], body.done) == (expected, True)
+    assert wire.read_answer(fp, "GET") == (wire.Head(204, {}, False, False, 0), b"")
+
+
 def test_a_body_read_piece_by_piece_leaves_the_next_answer_in_place() -> None:
     """Kept connections: reading a chunked body to its end consumes its trailers, not a byte of
     the next answer."""
