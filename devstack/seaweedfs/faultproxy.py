@@ -8,7 +8,9 @@ answer is streamed back, unless a fault matches first:
 - `delay_s`: wait, then forward (a slow filer; `listing=True` slows only directory listings);
 - `reset`: close the connection without answering (TCP RST), as a crashed pod does;
 - `stall`: read the request and answer nothing until the client gives up (or the fault is
-  cleared), as a filer wedged on its store does.
+  cleared), as a filer wedged on its store does;
+- `cut_after`: forward, then reset the connection once that many bytes of the answer's body
+  went out, as a filer that crashes mid-download does.
 
 A fault matches by method, path prefix (compared on the decoded path) and kind of request
 (`listing`: a GET that asks for `Accept: application/json`, which is how the filer tells a
@@ -50,6 +52,7 @@ class Fault:
     delay_s: float = 0.0
     reset: bool = False
     stall: bool = False
+    cut_after: int | None = None
     times: int | None = 1
     methods: tuple[str, ...] | None = None
     path_prefix: str | None = None
@@ -97,14 +100,15 @@ class FaultProxy:
         delay_s: float = 0.0,
         reset: bool = False,
         stall: bool = False,
+        cut_after: int | None = None,
         times: int | None = 1,
         methods: tuple[str, ...] | None = None,
         path_prefix: str | None = None,
         listing: bool | None = None,
     ) -> Fault:
-        if status is None and not (delay_s or reset or stall):
-            raise ValueError("a fault needs a status, a delay, a reset or a stall")
-        fault = Fault(status, delay_s, reset, stall, times, methods, path_prefix, listing)
+        if status is None and cut_after is None and not (delay_s or reset or stall):
+            raise ValueError("a fault needs a status, a delay, a reset, a stall or a cut")
+        fault = Fault(status, delay_s, reset, stall, cut_after, times, methods, path_prefix, listing)
         with self._lock:
             self._faults.append(fault)
             self._released.clear()
@@ -187,9 +191,9 @@ class FaultProxy:
             if fault.status is not None:
                 _answer(request, fault.status, {"error": f"injected fault: HTTP {fault.status}"})
                 return
-        self._forward(request, body)
+        self._forward(request, body, None if fault is None else fault.cut_after)
 
-    def _forward(self, request: BaseHTTPRequestHandler, body: bytes) -> None:
+    def _forward(self, request: BaseHTTPRequestHandler, body: bytes, cut_after: int | None = None) -> None:
         headers = {k: v for k, v in request.headers.items() if k.lower() not in HOP_BY_HOP}
         connection = self._connect()
         try:
@@ -213,13 +217,17 @@ class FaultProxy:
             if length is not None:
                 request.send_header("Content-Length", length)
                 request.end_headers()
-                for chunk in _chunks(upstream):
+                for chunk in _chunks(upstream, cut_after):
                     request.wfile.write(chunk)
             else:
                 request.send_header("Transfer-Encoding", "chunked")
                 request.end_headers()
-                for chunk in _chunks(upstream):
+                for chunk in _chunks(upstream, cut_after):
                     request.wfile.write(b"%x\r\n%s\r\n" % (len(chunk), chunk))
+            if cut_after is not None:
+                request.wfile.flush()
+                _reset(request)
+            elif length is None:
                 request.wfile.write(b"0\r\n\r\n")
         except OSError:
             request.close_connection = True  # the client went away mid-answer
@@ -248,9 +256,15 @@ def _read_body(request: BaseHTTPRequestHandler) -> bytes:
     return request.rfile.read(length) if length else b""
 
 
-def _chunks(response: http.client.HTTPResponse) -> Iterator[bytes]:
-    """What has arrived, as soon as it arrives: a watch's events must not wait for a full buffer."""
-    while chunk := response.read1(CHUNK):
+def _chunks(response: http.client.HTTPResponse, cut_after: int | None = None) -> Iterator[bytes]:
+    """What has arrived, as soon as it arrives (a watch's events must not wait for a full
+    buffer); with `cut_after`, no more than that many bytes in all."""
+    left = cut_after
+    while (left is None or left > 0) and (
+        chunk := response.read1(CHUNK if left is None else min(CHUNK, left))
+    ):
+        if left is not None:
+            left -= len(chunk)
         yield chunk
 
 

@@ -41,6 +41,8 @@ from functions.ports import StoredFile
 from functions.settings import Settings
 
 CHUNK = 4 << 20
+RING_BUFFERS = 3
+"""Buffers a streamed hash cycles through: one being received, one hashed, one spare."""
 ANSWER_MAX_BYTES = 64 << 10
 """What the filer's answer to a write may take (its JSON of name and size)."""
 TRANSFER_S = 600.0
@@ -388,16 +390,24 @@ def _listing_page(content: bytes) -> Any:
 
 
 def _pipelined_md5(got: transport.Streamed, max_bytes: int) -> str | None:
-    chunks: queue.Queue[bytes | BaseException] = queue.Queue(maxsize=4)
+    """The body's MD5, None past `max_bytes`. One thread receives straight into a buffer while
+    the caller hashes the one before it (hashlib lets go of the GIL): no piece is made, joined
+    or freed per receive, and memory is the ring's few buffers however long the file."""
+    empty: queue.Queue[bytearray | None] = queue.Queue()
+    for _ in range(RING_BUFFERS):
+        empty.put(bytearray(CHUNK))
+    full: queue.Queue[tuple[bytearray, int] | BaseException] = queue.Queue()
     stop = threading.Event()
 
     def receive() -> None:
         try:
-            while not stop.is_set() and (piece := _gathered(got)):
-                chunks.put(piece)
-            chunks.put(b"")
+            while (buffer := empty.get()) is not None and not stop.is_set():
+                filled = got.readinto(memoryview(buffer))
+                full.put((buffer, filled))
+                if filled < len(buffer):
+                    return  # the body's end
         except BaseException as err:  # handed to the hashing side, which raises it
-            chunks.put(err)
+            full.put(err)
 
     receiver = threading.Thread(target=receive, name="md5-receive", daemon=True)
     receiver.start()
@@ -405,33 +415,21 @@ def _pipelined_md5(got: transport.Streamed, max_bytes: int) -> str | None:
     seen = 0
     try:
         while True:
-            item = chunks.get()
+            item = full.get()
             if isinstance(item, BaseException):
                 raise StorageUnavailable(f"filer stream broke: {item}") from item
-            if not item:
-                return digest.hexdigest()
-            seen += len(item)
+            buffer, filled = item
+            seen += filled
             if seen > max_bytes:
                 return None
-            digest.update(item)
+            digest.update(memoryview(buffer)[:filled])
+            if filled < len(buffer):
+                return digest.hexdigest()
+            empty.put(buffer)
     finally:
-        stop.set()  # past the cap or failed: the receiver stops at its next piece
-        while receiver.is_alive():  # one blocked on the full queue gets its room
-            with contextlib.suppress(queue.Empty):
-                chunks.get(timeout=0.1)
+        stop.set()  # past the cap or failed: the receiver stops before its next buffer
+        empty.put(None)
         receiver.join()
-
-
-def _gathered(got: transport.Streamed) -> bytes:
-    """The next piece of about CHUNK bytes (fewer at the end; b"" after it): a receive brings
-    what the socket holds, and a hash update and a queue hand-off per receive cost more than
-    joining them here."""
-    pieces: list[bytes] = []
-    size = 0
-    while size < CHUNK and (piece := got.read1(CHUNK - size)):
-        pieces.append(piece)
-        size += len(piece)
-    return b"".join(pieces)
 
 
 class S3Storage:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import secrets
+import threading
 import time
 from collections.abc import Iterator
 from contextlib import closing
@@ -129,6 +130,26 @@ def test_filer_faults_are_storage_unavailable(
         proxy.clear_faults()
         assert [f.path for f in storage.stat_dir(base)] == [base + "f.bin"]
         assert storage.hash_file(base + "f.bin", 10) == md5(b"x")
+
+
+def test_a_download_cut_midway_is_storage_unavailable_and_leaves_nothing_running(
+    seaweed: Shared, base: str, filer: FilerClient
+) -> None:
+    """The filer resets the connection after 5 MiB of a 9 MiB file, mid-buffer: the hash fails
+    as the filer being unavailable (verify retries it), its receiving thread is gone, and the
+    next hash over the same client reads the whole file."""
+    content = secrets.token_bytes((9 << 20) + 7)
+    filer.put_file(base + "big.bin", content)
+    with (
+        FaultProxy(seaweed.server.url) as proxy,
+        closing(FilerStorage(proxy.url, page_size=1000)) as storage,
+    ):
+        proxy.inject(cut_after=5 << 20, listing=False)
+        with pytest.raises(StorageUnavailable, match="stream broke"):
+            storage.hash_file(base + "big.bin", 1 << 30)
+        assert proxy.faults_fired == 1
+        assert not [t for t in threading.enumerate() if t.name == "md5-receive"]
+        assert storage.hash_file(base + "big.bin", 1 << 30) == md5(content)
 
 
 def test_a_slow_listing_is_slow_but_answers(seaweed: Shared, base: str, filer: FilerClient) -> None:
