@@ -276,7 +276,7 @@ class FilerStorage:
                 _raise_for_status(got.status, "GET", path)
                 if int(got.headers.get("content-length") or 0) > max_bytes:
                     return None
-                return _pipelined_md5(got, max_bytes)
+                return _pipelined_md5(got.readinto, max_bytes)
         except transport.TransportError as err:
             raise StorageUnavailable(f"filer GET {path}: {err}") from err
 
@@ -389,10 +389,11 @@ def _listing_page(content: bytes) -> Any:
         return None
 
 
-def _pipelined_md5(got: transport.Streamed, max_bytes: int) -> str | None:
-    """The body's MD5, None past `max_bytes`. One thread receives straight into a buffer while
-    the caller hashes the one before it (hashlib lets go of the GIL): no piece is made, joined
-    or freed per receive, and memory is the ring's few buffers however long the file."""
+def _pipelined_md5(readinto: Callable[[memoryview], int], max_bytes: int) -> str | None:
+    """The MD5 of the body `readinto` reads, None past `max_bytes`. One thread receives straight
+    into a buffer while the caller hashes the one before it (hashlib lets go of the GIL): no
+    piece is made, joined or freed per receive, and memory is the ring's few buffers however
+    long the file."""
     empty: queue.Queue[bytearray | None] = queue.Queue()
     for _ in range(RING_BUFFERS):
         empty.put(bytearray(CHUNK))
@@ -402,7 +403,7 @@ def _pipelined_md5(got: transport.Streamed, max_bytes: int) -> str | None:
     def receive() -> None:
         try:
             while (buffer := empty.get()) is not None and not stop.is_set():
-                filled = got.readinto(memoryview(buffer))
+                filled = _fill(readinto, memoryview(buffer))
                 full.put((buffer, filled))
                 if filled < len(buffer):
                     return  # the body's end
@@ -417,7 +418,7 @@ def _pipelined_md5(got: transport.Streamed, max_bytes: int) -> str | None:
         while True:
             item = full.get()
             if isinstance(item, BaseException):
-                raise StorageUnavailable(f"filer stream broke: {item}") from item
+                raise StorageUnavailable(f"storage stream broke: {item}") from item
             buffer, filled = item
             seen += filled
             if seen > max_bytes:
@@ -430,6 +431,14 @@ def _pipelined_md5(got: transport.Streamed, max_bytes: int) -> str | None:
         stop.set()  # past the cap or failed: the receiver stops before its next buffer
         empty.put(None)
         receiver.join()
+
+
+def _fill(readinto: Callable[[memoryview], int], view: memoryview) -> int:
+    """Fill `view` from `readinto`, which may bring fewer bytes than asked before the end."""
+    filled = 0
+    while filled < len(view) and (got := readinto(view[filled:])):
+        filled += got
+    return filled
 
 
 class S3Storage:
@@ -468,10 +477,7 @@ class S3Storage:
         with contextlib.closing(body["Body"]):
             if int(body["ContentLength"]) > max_bytes:
                 return None
-            digest = hashlib.md5(usedforsecurity=False)
-            for chunk in body["Body"].iter_chunks(CHUNK):
-                digest.update(chunk)
-            return digest.hexdigest()
+            return _pipelined_md5(body["Body"].readinto, max_bytes)
 
     def read_small(self, path: str, max_bytes: int) -> bytes | None:
         body = self._open(path)

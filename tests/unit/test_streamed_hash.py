@@ -1,15 +1,17 @@
-"""FilerStorage.hash_file streams a file into a ring of buffers and hashes each as the next one
-is received: the digest is hashlib's over the whole body whatever its size against the buffer
-size, and a body longer than the cap (declared or not) is not hashed."""
+"""hash_file streams a file into a ring of buffers and hashes each as the next one is received:
+the digest is hashlib's over the whole body whatever its size against the buffer size and
+however little each receive brings, and a body longer than the cap (declared or not) is not
+hashed."""
 
 from __future__ import annotations
 
 import hashlib
+import io
 import threading
 
 import pytest
 
-from functions.adapters.storage import CHUNK, FilerStorage
+from functions.adapters.storage import CHUNK, FilerStorage, _pipelined_md5
 from functions.transport import Answer
 from tests.support.transport import FakeTransport, Sent
 
@@ -43,4 +45,13 @@ def test_a_missing_file_is_none() -> None:
 
     assert (
         FilerStorage("http://filer", page_size=10, through=FakeTransport(answer)).hash_file("/f", 10) is None
+    )
+
+
+def test_a_stream_that_brings_little_at_a_time_fills_each_buffer() -> None:
+    """S3's StreamingBody may bring fewer bytes than asked before its end (urllib3's read)."""
+    body = bytes(range(256)) * ((2 * CHUNK + 3) // 256)
+    source = io.BytesIO(body)
+    assert (
+        _pipelined_md5(lambda view: source.readinto(view[:65_000]), 1 << 40) == hashlib.md5(body).hexdigest()
     )
