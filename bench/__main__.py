@@ -22,7 +22,7 @@ ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
 START, END = "<!-- bench:start -->", "<!-- bench:end -->"
 
-# number in the issue -> module
+# module -> its row in the README table
 BENCHMARKS: dict[str, int] = {
     "restart": 2,
     "fanout": 3,

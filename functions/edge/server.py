@@ -6,7 +6,7 @@ The app is the one `functions-framework --target` serves: `functions_framework.c
 from `main.py`, its Flask app, decorators and execution-id middleware included. Only the WSGI
 server under it differs. The `functions-framework` command runs gunicorn's gthread worker,
 whose pure-Python event loop, request parser and thread hand-over cost a third of a stat
-event's CPU (py-spy, issue 20). granian parses HTTP/1.1 and keeps connections in Rust, off
+event's CPU (py-spy; docs/benchmarks.md). granian parses HTTP/1.1 and keeps connections in Rust, off
 the GIL, and calls the WSGI app on a pool of Python threads. Function CPU per event on the
 embedded stack, 8 senders, 1,500 events, four pairs each against the `functions-framework`
 command: stat 0.69-0.75x, load 0.69-0.90x.

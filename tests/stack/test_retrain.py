@@ -2,7 +2,7 @@
 
 On the whole stack (broker, real Triggers, the real filer, engine stand-ins that record the MD5s
 of the files they read at load time). While an update runs, a watcher reads the status every few
-milliseconds and holds it to the two rules of issue 22: Ready=True only for an observation the
+milliseconds and holds it to the two rules of a retrain: Ready=True only for an observation the
 spec declares, Loaded=True only when every pod serves the verified file set.
 """
 

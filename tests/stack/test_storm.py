@@ -1,4 +1,4 @@
-"""Many adapters at once (issue 20's upload storm, at a size that runs in seconds).
+"""Many adapters at once (the upload storm of the benchmarks, at a size that runs in seconds).
 
 A pipeline creates its adapters and uploads their files all at once, for a ModelDeployment
 that names them all; nothing periodic runs (no resync tick to repair a lost event): every
