@@ -18,21 +18,13 @@ from typing import NamedTuple
 
 from functions.adapters.concurrency import bounded_map
 from functions.logic import frozen
-from functions.metrics import Counter
-from functions.observability import REGISTRY
+from functions.observability import FROZEN_BYTES
 from functions.ports import StoragePort
 from functions.resources.rackai import FrozenSet
 
 FREEZE_FAILED = "FreezeFailed"
 """Ready False (not terminal, so resync nudges it again): the frozen copy could not be made or
 did not hash to the declared MD5s."""
-
-FROZEN_BYTES = Counter(
-    "loraflow_frozen_bytes_total",
-    "Bytes of verified file sets frozen and of retired ones deleted (taken = frozen - deleted)",
-    ["op"],
-    registry=REGISTRY,
-)
 
 
 COPIES_AT_ONCE = 4

@@ -60,6 +60,19 @@ ENGINE_EVICTIONS = Counter(
     ["runtime"],
     registry=REGISTRY,
 )
+FROZEN_BYTES = Counter(
+    "loraflow_frozen_bytes_total",
+    "Bytes of verified file sets frozen and of retired ones deleted (taken = frozen - deleted)",
+    ["op"],
+    registry=REGISTRY,
+)
+HASHED_BYTES = Counter(
+    "loraflow_hashed_bytes_total",
+    "Bytes read from storage to hash a file (one storage keeps no MD5 for, or an S3 copy being "
+    "checked), by storage backend",
+    ["backend"],
+    registry=REGISTRY,
+)
 KUBE_REQUESTS = Counter(
     "loraflow_kube_requests_total",
     "Kubernetes API requests, by verb and resource",

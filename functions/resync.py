@@ -62,6 +62,7 @@ from functions.logic import capacity, drift, facts, frozen
 from functions.logic.paths import FROZEN_ROOT
 from functions.logic.pods import Endpoint
 from functions.logic.serving import AdapterKey, TargetKey
+from functions.observability import FROZEN_BYTES
 from functions.resources.kinds import (
     ADAPTER_KINDS,
     INFERENCE_SERVICE,
@@ -144,8 +145,6 @@ def collect_orphans(deps: Deps, scope: Scope) -> list[str]:
     """Delete the frozen sets no adapter accounts for (`frozen.orphaned`) in the scope's
     namespaces; the directories deleted. A full tick only: it lists the frozen area and reads
     each adapter named there, which a minute's tick need not pay for."""
-    from functions.freeze import FROZEN_BYTES  # the metrics of the storage step, not every tick's
-
     files = [
         (f.path, f.size)
         for f in deps.storage.stat_dir(FROZEN_ROOT + "/")

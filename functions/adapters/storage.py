@@ -37,6 +37,7 @@ from typing_extensions import TypedDict  # pydantic reads TypedDicts from here b
 
 from functions import transport
 from functions.errors import StorageUnavailable
+from functions.observability import HASHED_BYTES
 from functions.ports import StoredFile
 from functions.settings import Settings
 
@@ -276,7 +277,7 @@ class FilerStorage:
                 _raise_for_status(got.status, "GET", path)
                 if int(got.headers.get("content-length") or 0) > max_bytes:
                     return None
-                return _pipelined_md5(got.readinto, max_bytes)
+                return _pipelined_md5(got.readinto, max_bytes, "filer")
         except transport.TransportError as err:
             raise StorageUnavailable(f"filer GET {path}: {err}") from err
 
@@ -389,11 +390,11 @@ def _listing_page(content: bytes) -> Any:
         return None
 
 
-def _pipelined_md5(readinto: Callable[[memoryview], int], max_bytes: int) -> str | None:
-    """The MD5 of the body `readinto` reads, None past `max_bytes`. One thread receives straight
-    into a buffer while the caller hashes the one before it (hashlib lets go of the GIL): no
-    piece is made, joined or freed per receive, and memory is the ring's few buffers however
-    long the file."""
+def _pipelined_md5(readinto: Callable[[memoryview], int], max_bytes: int, backend: str) -> str | None:
+    """The MD5 of the body `readinto` reads, None past `max_bytes`; what was read is counted for
+    `backend`. One thread receives straight into a buffer while the caller hashes the one before
+    it (hashlib lets go of the GIL): no piece is made, joined or freed per receive, and memory
+    is the ring's few buffers however long the file."""
     empty: queue.Queue[bytearray | None] = queue.Queue()
     for _ in range(RING_BUFFERS):
         empty.put(bytearray(CHUNK))
@@ -431,6 +432,7 @@ def _pipelined_md5(readinto: Callable[[memoryview], int], max_bytes: int) -> str
         stop.set()  # past the cap or failed: the receiver stops before its next buffer
         empty.put(None)
         receiver.join()
+        HASHED_BYTES.labels(backend).inc(seen)
 
 
 def _fill(readinto: Callable[[memoryview], int], view: memoryview) -> int:
@@ -477,7 +479,7 @@ class S3Storage:
         with contextlib.closing(body["Body"]):
             if int(body["ContentLength"]) > max_bytes:
                 return None
-            return _pipelined_md5(body["Body"].readinto, max_bytes)
+            return _pipelined_md5(body["Body"].readinto, max_bytes, "s3")
 
     def read_small(self, path: str, max_bytes: int) -> bytes | None:
         body = self._open(path)
