@@ -30,7 +30,7 @@ import urllib.parse
 from collections import OrderedDict
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, Protocol, Required
+from typing import Any, Literal, Protocol, Required
 
 from pydantic import TypeAdapter, ValidationError
 from typing_extensions import TypedDict  # pydantic reads TypedDicts from here before 3.12
@@ -390,7 +390,9 @@ def _listing_page(content: bytes) -> Any:
         return None
 
 
-def _pipelined_md5(readinto: Callable[[memoryview], int], max_bytes: int, backend: str) -> str | None:
+def _pipelined_md5(
+    readinto: Callable[[memoryview], int], max_bytes: int, backend: Literal["filer", "s3"]
+) -> str | None:
     """The MD5 of the body `readinto` reads, None past `max_bytes`; what was read is counted for
     `backend`. One thread receives straight into a buffer while the caller hashes the one before
     it (hashlib lets go of the GIL): no piece is made, joined or freed per receive, and memory
