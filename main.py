@@ -24,7 +24,7 @@ def __getattr__(name: str) -> Any:
             function = getattr(importlib.import_module(f"functions.{name}"), name)
         finally:
             # What is loaded now lives as long as the process: out of the collector's sight, later
-            # collections do not walk it (~20 ms on the first event, whose clients import more),
+            # collections do not walk it (the first event's clients import more),
             # and the server's forked worker shares its pages (the gc.freeze documentation's advice).
             gc.freeze()
             gc.enable()

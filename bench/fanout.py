@@ -1,11 +1,12 @@
 """3. Fan-out: one Ready adapter into 50 replicas of a ModelDeployment at 100 ms engine latency.
 
 Measured: the load function's answer to `adapter.ready` (the adapter, its deployments, their
-pods, 50 loads with LORAFLOW_LOAD_CONCURRENCY in flight, the adapter re-read, one status write),
-a new adapter per repetition. A new adapter's loads go without listing each pod first: the
-engine's "already loaded" answer tells the same. The function runs in its own
-functions-framework process, as in a cluster (in this process it would share one GIL with the
-50 engine stand-ins and the API server); its first event (imports, clients) is not measured.
+pods, 50 loads with LORAFLOW_LOAD_CONCURRENCY in flight, one status write guarded by the
+resourceVersion read first), a new adapter per repetition. A new adapter's loads go without
+listing each pod first: the engine's "already loaded" answer tells the same. The function
+runs in its own functions-framework process, as in a cluster (in this process it would share
+one GIL with the 50 engine stand-ins and the API server); its first event (imports, clients)
+is not measured.
 Ideal: ceil(50 / concurrency) x 100 ms. Also measured once: the same 50 loads made pod after
 pod, directly against the engines (the speed-up the fan-out buys). The latency is an engine
 load's whole time, the adapter's files read through the filer included (as a vLLM load's time

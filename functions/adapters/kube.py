@@ -1,8 +1,8 @@
 """The Kubernetes API as the functions need it, over a thin REST client: JSON over the one
 transport (functions/transport/), chosen once from the kubeconfig.
 
-Not the `kubernetes` package: importing it costs ~0.5 s of cold start (its ~770 model
-modules) and its (de)serialisation costs more than the requests themselves for large objects.
+Not the `kubernetes` package: importing its hundreds of model modules weighs on cold start,
+and its (de)serialisation costs more than the requests themselves for large objects.
 Only a handful of paths are used: GET/LIST (limit/continue, labelSelector) of custom objects
 and pods, merge PATCH of an object or its /status, POST of a core/v1 Event.
 

@@ -5,11 +5,9 @@
 The app is the one `functions-framework --target` serves: `functions_framework.create_app`
 from `main.py`, its Flask app, decorators and execution-id middleware included. Only the WSGI
 server under it differs. The `functions-framework` command runs gunicorn's gthread worker,
-whose pure-Python event loop, request parser and thread hand-over cost a third of a stat
-event's CPU (py-spy; docs/benchmarks.md). granian parses HTTP/1.1 and keeps connections in Rust, off
-the GIL, and calls the WSGI app on a pool of Python threads. Function CPU per event on the
-embedded stack, 8 senders, 1,500 events, four pairs each against the `functions-framework`
-command: stat 0.69-0.75x, load 0.69-0.90x.
+whose pure-Python event loop, request parser and thread hand-over were a large share of a step's
+CPU per event; granian parses HTTP/1.1 and keeps connections in Rust, off the GIL, and calls the
+WSGI app on a pool of Python threads (the two measured against each other: docs/benchmarks.md).
 
 What stays as functions-framework configures gunicorn:
 - one worker process (`WORKERS`), forked from a small parent that restarts nothing;
@@ -42,11 +40,11 @@ from granian.server import Server
 SOURCE = Path(__file__).resolve().parents[2] / "main.py"
 YOUNG_COLLECTION = 50_000
 """New container objects (net) between two young collections of the cycle collector; CPython's
-default is 700. A page of 500 adapters decodes into about 10,000 dicts and lists that live until
-the page is judged and then die together: at 700 they were scanned many times over while alive,
-and resync of 110,000 adapters spent 1.2 s of its 10-12 s CPU per tick in the collector
-(gc.callbacks); at 50,000 it spends under 0.1 s. Memory is not held by it: what a request frees
-is freed at once (reference counts); only garbage in reference cycles waits for a collection."""
+default is 700. A page of 500 adapters decodes into thousands of dicts and lists that live until
+the page is judged and then die together: at 700 they are scanned many times over while alive,
+which made the collector a large share of a resync tick's CPU (docs/benchmarks.md). Memory is
+not held by it: what a request frees is freed at once (reference counts); only garbage in
+reference cycles waits for a collection."""
 
 
 def loader(source: str) -> Callable[[str], Any]:

@@ -54,8 +54,8 @@ class WireModel(Model):
     @classmethod
     def __pydantic_init_subclass__(cls, **kwargs: Any) -> None:
         """omitempty on every declared field, as pydantic's own `exclude_if` (checked in the
-        serializer, in Rust, for each value: a model-wide wrap serializer calling Python for
-        every nested object made serializing a 1,000-file status 4x slower, bench 10).
+        serializer, in Rust, for each value: a model-wide wrap serializer calls Python for
+        every nested object, which made serializing a large status several times slower).
 
         Only declared fields: unknown ones are written back verbatim, since an `emptyDir: {}`
         volume, a label with an empty value and the `{}` markers of managedFields mean
