@@ -120,62 +120,9 @@ def observe(ports: ServingPorts, request: Request) -> Observed:
     """Reads that do not depend on each other go out side by side (`LORAFLOW_LOAD_CONCURRENCY`
     wide): the objects a request names, then the pods and the adapter configs. Each is on the
     path of every load event before its first engine call."""
-    kube = ports.kube
     settings = ports.settings
-    width = settings.load_concurrency
-    objects: dict[AdapterKey, Obj] = {}
-    target_objects: dict[TargetKey, Obj] = {}
-    targets: dict[TargetKey, Target | None] = {}
-
-    def keep_target(key: TargetKey, obj: Obj | None) -> None:
-        targets[key] = _target(obj, settings.max_lora_rank) if obj is not None else None
-        if obj is not None:
-            target_objects[key] = obj
-
-    # vllm: every ModelDeployment of the namespaces involved (usedBy, and who names whom)
-    vllm_namespaces = {k.namespace for k in request.adapters if k.kind == "vllm"} | {
-        t.namespace for t in request.targets if t.kind == "ModelDeployment"
-    }
-    adapter_keys = sorted(request.adapters)
-    target_keys = sorted(t for t in request.targets if t.name)
-    adapter_namespaces = sorted({t.namespace for t in request.targets if t.kind == "ModelDeployment"})
-    first = (
-        [partial(kube.get, SERVING_BY_RUNTIME[k.kind].adapter, k.namespace, k.name) for k in adapter_keys]
-        + [partial(kube.get, SERVING_BY_TARGET[t.kind].target, t.namespace, t.name) for t in target_keys]
-        + [partial(_listed, kube, MODEL_DEPLOYMENT, ns) for ns in sorted(vllm_namespaces)]
-        + [partial(_listed, kube, VLLM_ADAPTER, ns) for ns in adapter_namespaces]
-    )
-    answers = iter(side_by_side(first, width))
-    for key in adapter_keys:
-        if (obj := next(answers)) is not None:
-            objects[key] = obj
-    for target_key in sorted(request.targets):
-        targets.setdefault(target_key, None)  # asked for and not found: known to be absent
-    for target_key in target_keys:
-        keep_target(target_key, next(answers))
-    for namespace in sorted(vllm_namespaces):
-        for md in next(answers):
-            keep_target(TargetKey("ModelDeployment", namespace, facts.name_of(md)), md)
-    for namespace in adapter_namespaces:
-        for obj in next(answers):
-            objects.setdefault(AdapterKey("vllm", namespace, facts.name_of(obj)), obj)
-
-    # sglang: the InferenceServices involved and every adapter that claims a name on them
-    services = {t for t in request.targets if t.kind == "InferenceService"} | {
-        facts.isvc_ref(obj) for key, obj in objects.items() if key.kind == "sglang"
-    }
-    unread = sorted(s for s in services if s not in targets)
-    if services:
-        second = [
-            partial(kube.get, INFERENCE_SERVICE, s.namespace, s.name) if s.name else _nothing for s in unread
-        ] + [partial(_listed, kube, SGLANG_ADAPTER, None)]
-        *read, claimants = side_by_side(second, width)
-        for service, obj in zip(unread, read, strict=True):
-            keep_target(service, obj)
-        for obj in claimants:
-            if facts.isvc_ref(obj) in services:
-                objects.setdefault(AdapterKey("sglang", facts.namespace_of(obj), facts.name_of(obj)), obj)
-
+    read = _objects(ports, request)
+    objects, targets, target_objects = read.adapters, read.targets, read.target_objects
     # the pods, and the adapters' configs beside them (those depend on the objects alone)
     adapters = _adapters(ports, objects)
     config_keys = _needing_config(adapters, targets)
@@ -211,6 +158,80 @@ def observe(ports: ServingPorts, request: Request) -> Observed:
         unload=request.unload,
     )
     return Observed(world, objects, endpoints, relevant, scope, target_objects)
+
+
+class _Objects(NamedTuple):
+    """The custom objects a request involves, as read."""
+
+    adapters: dict[AdapterKey, Obj]
+    targets: dict[TargetKey, Target | None]
+    """None: asked for and not found (known to be absent)."""
+    target_objects: dict[TargetKey, Obj]
+
+
+def _objects(ports: ServingPorts, request: Request) -> _Objects:
+    """The adapters and targets a request involves, in two rounds of reads side by side: what
+    the request names (vllm: with every ModelDeployment of its namespaces, for usedBy and who
+    names whom), then the InferenceServices involved and every adapter that claims a name on
+    them (sglang: ownership)."""
+    kube = ports.kube
+    read = _Objects({}, {}, {})
+    # vllm: every ModelDeployment of the namespaces involved (usedBy, and who names whom)
+    vllm_namespaces = {k.namespace for k in request.adapters if k.kind == "vllm"} | {
+        t.namespace for t in request.targets if t.kind == "ModelDeployment"
+    }
+    adapter_keys = sorted(request.adapters)
+    target_keys = sorted(t for t in request.targets if t.name)
+    adapter_namespaces = sorted({t.namespace for t in request.targets if t.kind == "ModelDeployment"})
+    first = (
+        [partial(kube.get, SERVING_BY_RUNTIME[k.kind].adapter, k.namespace, k.name) for k in adapter_keys]
+        + [partial(kube.get, SERVING_BY_TARGET[t.kind].target, t.namespace, t.name) for t in target_keys]
+        + [partial(_listed, kube, MODEL_DEPLOYMENT, ns) for ns in sorted(vllm_namespaces)]
+        + [partial(_listed, kube, VLLM_ADAPTER, ns) for ns in adapter_namespaces]
+    )
+    answers = iter(side_by_side(first, ports.settings.load_concurrency))
+    for key in adapter_keys:
+        if (obj := next(answers)) is not None:
+            read.adapters[key] = obj
+    for target_key in sorted(request.targets):
+        read.targets.setdefault(target_key, None)
+    for target_key in target_keys:
+        _keep_target(read, ports, target_key, next(answers))
+    for namespace in sorted(vllm_namespaces):
+        for md in next(answers):
+            _keep_target(read, ports, TargetKey("ModelDeployment", namespace, facts.name_of(md)), md)
+    for namespace in adapter_namespaces:
+        for obj in next(answers):
+            read.adapters.setdefault(AdapterKey("vllm", namespace, facts.name_of(obj)), obj)
+    _read_claimants(ports, request, read)
+    return read
+
+
+def _read_claimants(ports: ServingPorts, request: Request, read: _Objects) -> None:
+    """sglang: the InferenceServices involved (those not read yet) and every adapter that claims
+    a name on one of them, added to `read`."""
+    services = {t for t in request.targets if t.kind == "InferenceService"} | {
+        facts.isvc_ref(obj) for key, obj in read.adapters.items() if key.kind == "sglang"
+    }
+    if not services:
+        return
+    unread = sorted(s for s in services if s not in read.targets)
+    second = [
+        partial(ports.kube.get, INFERENCE_SERVICE, s.namespace, s.name) if s.name else _nothing
+        for s in unread
+    ] + [partial(_listed, ports.kube, SGLANG_ADAPTER, None)]
+    *services_read, claimants = side_by_side(second, ports.settings.load_concurrency)
+    for service, obj in zip(unread, services_read, strict=True):
+        _keep_target(read, ports, service, obj)
+    for obj in claimants:
+        if facts.isvc_ref(obj) in services:
+            read.adapters.setdefault(AdapterKey("sglang", facts.namespace_of(obj), facts.name_of(obj)), obj)
+
+
+def _keep_target(read: _Objects, ports: ServingPorts, key: TargetKey, obj: Obj | None) -> None:
+    read.targets[key] = _target(obj, ports.settings.max_lora_rank) if obj is not None else None
+    if obj is not None:
+        read.target_objects[key] = obj
 
 
 def _listed(kube: Any, kind: Kind, namespace: str | None, selector: str | None = None) -> list[Obj]:
