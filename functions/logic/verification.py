@@ -164,29 +164,10 @@ def decide(
     file_set = facts.file_set(declared(adapter)) if verified else (status.file_set if holding else None)
     loaded_now = conditions.find(conds, reasons.LOADED)
     if loaded_now is not None and loaded_now.status == "True" and not holding:
-        # Loaded stops saying True in the write that changes what the pods should serve: no
-        # verified set any more (unload answers adapter.failed and takes the copies back), or a
-        # newer one (load replaces the old copies, then says True again)
-        if not verified:
-            taken_back = (
-                reasons.ADAPTER_NOT_READY,
-                f"not Ready ({verdict.reason}): the adapter is being unloaded",
-            )
-        elif status.file_set and file_set != status.file_set:
-            taken_back = (
-                reasons.UPDATING,
-                "a newer verified file set is being loaded into the pods that serve this adapter",
-            )
-        elif unfrozen_served:
-            taken_back = (
-                reasons.UPDATING,
-                "the pods that serve this adapter are being moved to the frozen copy of its verified set",
-            )
-        else:
-            taken_back = None
-        if taken_back is not None:
+        moved = _why_loaded_stops(verdict, verified, status.file_set, file_set, unfrozen_served)
+        if moved is not None:
             conds = conditions.set_condition(
-                conds, reasons.LOADED, "False", *taken_back, adapter.metadata.generation, now
+                conds, reasons.LOADED, "False", *moved, adapter.metadata.generation, now
             )
     phase_, ready = phase.summarize(conds, bool(observed) or bool(status.files))
     return status.model_copy(
@@ -200,3 +181,29 @@ def decide(
             "ready": ready,
         }
     )
+
+
+def _why_loaded_stops(
+    verdict: integrity.Verdict,
+    verified: bool,
+    served_set: str | None,
+    file_set: str | None,
+    unfrozen_served: bool,
+) -> tuple[str, str] | None:
+    """Why Loaded stops saying True, if it does: it does in the write that changes what the pods
+    should serve. No verified set any more (unload answers adapter.failed and takes the copies
+    back), or a newer one, or the verified one frozen just now (load replaces the copies, then
+    says True again)."""
+    if not verified:
+        return reasons.ADAPTER_NOT_READY, f"not Ready ({verdict.reason}): the adapter is being unloaded"
+    if served_set and file_set != served_set:
+        return (
+            reasons.UPDATING,
+            "a newer verified file set is being loaded into the pods that serve this adapter",
+        )
+    if unfrozen_served:
+        return (
+            reasons.UPDATING,
+            "the pods that serve this adapter are being moved to the frozen copy of its verified set",
+        )
+    return None
