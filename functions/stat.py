@@ -42,7 +42,7 @@ from functions.edge import messages, shell
 from functions.edge.bootstrap import Deps
 from functions.edge.inputs import adapter_ref, stored
 from functions.errors import KubeRefused, Reject
-from functions.logic import conditions, facts, frozen, phase, reasons
+from functions.logic import conditions, facts, file_events, frozen, phase, reasons
 from functions.logic.paths import STORAGE_ROOT, adapter_dir, adapter_of_path, check_storage_path, is_under
 from functions.logic.quantity import format_bytes
 from functions.ports import StoredFile
@@ -212,9 +212,7 @@ def _targets(event: CloudEvent) -> list[tuple[str, str, str | None]]:
         path = event.get("subject")
     if not isinstance(path, str):
         raise Reject("file.changed names no path (data.path or subject)")
-    if any(code in path.lower() for code in ("%2e", "%2f", "%5c", "%00")):
-        raise Reject(f"path {path!r} contains percent-encoded dots, slashes or NUL")
-    check_storage_path(path)
+    check_storage_path(file_events.check_path(path, "path"))
     changed = messages.data_as(event, FileChanged)
     out: list[tuple[str, str, str | None]] = []
     for candidate in (changed.path, changed.new_path):

@@ -292,7 +292,7 @@ def no_path() -> CloudEvent:
         (changed(f"{UPLOAD}../../../etc/x"), "normalised"),
         (changed(f"{UPLOAD}%2e%2e/x"), "percent-encoded"),
         (changed(f"{UPLOAD}%2F/x"), "percent-encoded"),
-        (changed(f"{UPLOAD}w\x00.bin"), "normalised"),
+        (changed(f"{UPLOAD}w\x00.bin"), "NUL byte"),
         (changed(UPLOAD + "a" * 5000), "4096"),
         (changed(WEIGHTS, "chmod"), "eventType"),
         (no_path(), "names no path"),
