@@ -24,16 +24,3 @@ def diff(current: Any, desired: Any) -> Any:
         if key not in desired:
             patch[key] = None
     return patch
-
-
-def apply(document: Any, patch: Any) -> Any:
-    """Apply a merge patch (used by tests and the stand-in to check round trips)."""
-    if not isinstance(patch, dict):
-        return patch
-    result = dict(document) if isinstance(document, dict) else {}
-    for key, value in patch.items():
-        if value is None:
-            result.pop(key, None)
-        else:
-            result[key] = apply(result.get(key), value)
-    return result
