@@ -49,7 +49,6 @@ PROPERTY = settings(
     deadline=None,
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )
-STATS = {"examples": 0, "requests": 0}
 POSTED: list[str] = []
 """What the running example has posted: named when the example turns out to have written."""
 
@@ -72,7 +71,6 @@ def writes(world: Testbed) -> Writes:
 def post(world: Testbed, function: str, headers: dict[str, str], body: bytes) -> httpx.Response:
     """Post garbage; a webhook post (ingest, no CloudEvent) carries the filer's token unless the
     test sets its own Authorization."""
-    STATS["requests"] += 1
     POSTED.append(f"{function} <- headers={headers!r} body={body[:200]!r}")
     webhook = function == "ingest" and "ce-specversion" not in {k.lower() for k in headers}
     if webhook and "authorization" not in {k.lower() for k in headers}:
@@ -83,7 +81,6 @@ def post(world: Testbed, function: str, headers: dict[str, str], body: bytes) ->
 @contextlib.contextmanager
 def nothing_written(world: Testbed) -> Iterator[None]:
     """One example: whatever it posts, no write anywhere from its start to its end."""
-    STATS["examples"] += 1
     POSTED.clear()
     before = writes(world)
     yield
@@ -602,9 +599,3 @@ def test_webhook_without_the_token_is_401(
             headers["authorization"] = scheme + token
         with world.settings(LORAFLOW_WEBHOOK_TOKEN=secret):
             expect_rejected(world, "ingest", headers, body, (), status=401)
-
-
-def test_figures(world: Testbed) -> None:
-    """Not a check: prints how much garbage the properties above posted (see the report)."""
-    print(f"\nbad-input: {STATS['examples']} examples, {STATS['requests']} requests")
-    del world
