@@ -17,6 +17,7 @@ from functions.errors import Reject
 from functions.logic import conditions, facts, phase, serving
 from functions.logic.paths import adapter_dir, check_label, check_subdomain, is_under
 from functions.resources.inference import InferenceService, SGLangAdapter, SGLangAdapterStatus
+from functions.resources.meta import ConditionStatus
 from functions.resources.rackai import LoRAAdapter, LoRAAdapterStatus, StorageRef
 
 
@@ -81,79 +82,63 @@ def decide(
 def decide_vllm(adapter: LoRAAdapter, model_exists: bool, now: datetime) -> LoRAAdapterStatus:
     """The whole vllm status after admission (other steps' fields kept as they are)."""
     meta = adapter.metadata
-    namespace, name, model = meta.namespace or "", meta.name or "", adapter.spec.model
     status = adapter.status or LoRAAdapterStatus()
-    generation = meta.generation
     directory: str | None = None
-    if model_name_valid(model):
+    if model_name_valid(adapter.spec.model):
         try:
-            directory = adapter_dir(namespace, model, name)
+            directory = adapter_dir(meta.namespace or "", adapter.spec.model, meta.name or "")
         except Reject:
             directory = None
-    declared_md5s = adapter.declared_md5s()
-    declared = sorted(declared_md5s)
-    outside = [k for k in declared if directory is None or not is_under(k, directory)]
-
-    current = conditions.find(status.conditions, phase.READY)
     conds = status.conditions
+    verdict = _vllm_ready(adapter, status, directory, model_exists)
+    if verdict is not None:
+        conds = conditions.set_condition(conds, phase.READY, *verdict, meta.generation, now)
+    phase_, ready = phase.summarize(conds, bool(status.files))
+    return status.model_copy(
+        update={
+            "conditions": conds,
+            "storage_ref": StorageRef(path=directory) if directory else None,
+            "observed_generation": meta.generation,
+            "phase": phase_,
+            "ready": ready,
+        }
+    )
+
+
+def _vllm_ready(
+    adapter: LoRAAdapter, status: LoRAAdapterStatus, directory: str | None, model_exists: bool
+) -> tuple[ConditionStatus, str, str] | None:
+    """Ready as admission sets it (status, reason, message); None leaves it to the other steps."""
+    model, namespace = adapter.spec.model, adapter.metadata.namespace or ""
+    declared_md5s = adapter.declared_md5s()
     if directory is None or not model_exists:
-        conds = conditions.set_condition(
-            conds,
-            phase.READY,
-            "False",
-            phase.MODEL_NOT_FOUND,
-            f"Model {model!r} not found in namespace {namespace!r}",
-            generation,
-            now,
-        )
-    elif outside:
-        conds = conditions.set_condition(
-            conds,
-            phase.READY,
-            "False",
-            phase.INTEGRITY_PATH_OUTSIDE_ADAPTER,
-            f"spec.integrity.md5 keys must lie under {directory}: "
-            + ", ".join(outside[:20])
-            + (f" and {len(outside) - 20} more" if len(outside) > 20 else ""),
-            generation,
-            now,
-        )
-    elif current is None or current.reason in phase.ADMIT_FAILURES or current.reason == phase.ADMITTED:
-        conds = conditions.set_condition(
-            conds,
-            phase.READY,
+        return "False", phase.MODEL_NOT_FOUND, f"Model {model!r} not found in namespace {namespace!r}"
+    outside = [k for k in sorted(declared_md5s) if not is_under(k, directory)]
+    if outside:
+        more = f" and {len(outside) - 20} more" if len(outside) > 20 else ""
+        listed = ", ".join(outside[:20]) + more
+        message = f"spec.integrity.md5 keys must lie under {directory}: {listed}"
+        return "False", phase.INTEGRITY_PATH_OUTSIDE_ADAPTER, message
+    current = conditions.find(status.conditions, phase.READY)
+    if current is None or current.reason in phase.ADMIT_FAILURES or current.reason == phase.ADMITTED:
+        return (
             "Unknown",
             phase.ADMITTED,
             "Spec accepted; waiting for the storage observation and the integrity check",
-            generation,
-            now,
         )
-    elif (
+    if (
         current.status == "True"
         and status.file_set
         and status.file_set != facts.file_set(dict(declared_md5s))
     ):
         # spec.integrity changed after verify accepted a set: Ready is not True for MD5s the spec
         # no longer declares; the pods keep serving the verified set until verify rules
-        conds = conditions.set_condition(
-            conds,
-            phase.READY,
+        return (
             "Unknown",
             phase.AWAITING_VERIFICATION,
             "spec.integrity.md5 changed; waiting for the integrity check",
-            generation,
-            now,
         )
-    phase_, ready = phase.summarize(conds, bool(status.files))
-    return status.model_copy(
-        update={
-            "conditions": conds,
-            "storage_ref": StorageRef(path=directory) if directory else None,
-            "observed_generation": generation,
-            "phase": phase_,
-            "ready": ready,
-        }
-    )
+    return None
 
 
 def decide_sglang(
