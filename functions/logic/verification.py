@@ -164,10 +164,10 @@ def decide(
     file_set = facts.file_set(declared(adapter)) if verified else (status.file_set if holding else None)
     loaded_now = conditions.find(conds, reasons.LOADED)
     if loaded_now is not None and loaded_now.status == "True" and not holding:
-        moved = _why_loaded_stops(verdict, verified, status.file_set, file_set, unfrozen_served)
-        if moved is not None:
+        why = _why_loaded_stops(verdict, verified, status.file_set, file_set, unfrozen_served)
+        if why is not None:
             conds = conditions.set_condition(
-                conds, reasons.LOADED, "False", *moved, adapter.metadata.generation, now
+                conds, reasons.LOADED, "False", *why, adapter.metadata.generation, now
             )
     phase_, ready = phase.summarize(conds, bool(observed) or bool(status.files))
     return status.model_copy(
