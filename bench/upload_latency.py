@@ -423,6 +423,7 @@ def _size(stack: Stack, replicas: int, repeats: int, concurrency: int) -> dict[s
         MODEL_DEPLOYMENT.group, MODEL_DEPLOYMENT.version, NS, MODEL_DEPLOYMENT.plural, deployment
     )
     served = [s for _, s in runs]
+    paired = [s / r for s, r in zip(served, reference, strict=True)]
     return {
         "replicas": replicas,
         "median_ms": round(median_of(served) * 1000, 1),
@@ -433,6 +434,9 @@ def _size(stack: Stack, replicas: int, repeats: int, concurrency: int) -> dict[s
         "reference_ms": round(median_of(reference) * 1000, 1),
         "reference_samples_ms": [round(s * 1000, 1) for s in reference],
         "ratio": round(median_of(served) / median_of(reference), 2),
+        # each run against the reference run right after it: the spread within this run (reported;
+        # the verdict is the ratio of the medians above)
+        "paired_ratio_p25_p50_p75": [round(percentile(paired, q), 2) for q in (25, 50, 75)],
         "reference_mean_cumulative_ms": {k: round(v / (repeats + 1) * 1000, 1) for k, v in steps.items()},
         # CPU per adapter while the pipeline ran (settling included): the servers' apart from ours
         "cpu_ms_per_adapter": {k: round(v * 1000 / len(names), 1) for k, v in sorted(spent.items())},
