@@ -175,8 +175,8 @@ def _objects(ports: ServingPorts, request: Request) -> _Objects:
     names whom), then the InferenceServices involved and every adapter that claims a name on
     them (sglang: ownership)."""
     kube = ports.kube
+    rank = ports.settings.max_lora_rank
     read = _Objects({}, {}, {})
-    # vllm: every ModelDeployment of the namespaces involved (usedBy, and who names whom)
     vllm_namespaces = {k.namespace for k in request.adapters if k.kind == "vllm"} | {
         t.namespace for t in request.targets if t.kind == "ModelDeployment"
     }
@@ -196,10 +196,10 @@ def _objects(ports: ServingPorts, request: Request) -> _Objects:
     for target_key in sorted(request.targets):
         read.targets.setdefault(target_key, None)
     for target_key in target_keys:
-        _keep_target(read, ports, target_key, next(answers))
+        _keep_target(read, rank, target_key, next(answers))
     for namespace in sorted(vllm_namespaces):
         for md in next(answers):
-            _keep_target(read, ports, TargetKey("ModelDeployment", namespace, facts.name_of(md)), md)
+            _keep_target(read, rank, TargetKey("ModelDeployment", namespace, facts.name_of(md)), md)
     for namespace in adapter_namespaces:
         for obj in next(answers):
             read.adapters.setdefault(AdapterKey("vllm", namespace, facts.name_of(obj)), obj)
@@ -222,14 +222,14 @@ def _read_claimants(ports: ServingPorts, request: Request, read: _Objects) -> No
     ] + [partial(_listed, ports.kube, SGLANG_ADAPTER, None)]
     *services_read, claimants = side_by_side(second, ports.settings.load_concurrency)
     for service, obj in zip(unread, services_read, strict=True):
-        _keep_target(read, ports, service, obj)
+        _keep_target(read, ports.settings.max_lora_rank, service, obj)
     for obj in claimants:
         if facts.isvc_ref(obj) in services:
             read.adapters.setdefault(AdapterKey("sglang", facts.namespace_of(obj), facts.name_of(obj)), obj)
 
 
-def _keep_target(read: _Objects, ports: ServingPorts, key: TargetKey, obj: Obj | None) -> None:
-    read.targets[key] = _target(obj, ports.settings.max_lora_rank) if obj is not None else None
+def _keep_target(read: _Objects, default_rank: int, key: TargetKey, obj: Obj | None) -> None:
+    read.targets[key] = _target(obj, default_rank) if obj is not None else None
     if obj is not None:
         read.target_objects[key] = obj
 
