@@ -17,8 +17,8 @@ And, event by event between the function's: the same 50 loads fanned out `concur
 time by a bare client (threads on keep-alive http.client connections, no loraflow code) in a
 process of its own: what these stand-ins, on these 2 shared cores, take for the waves alone.
 The function's figure over it is its own work (reads, status write, event) and its calls' cost;
-its Kubernetes requests are counted, and their time on the API server summed, from the server's
-audit log.
+its Kubernetes requests are counted from the server's audit log, with the time the function
+waited on the server for them (the union of their times there: two of them go side by side).
 Target: <= 1.05x the ideal.
 """
 
@@ -41,7 +41,7 @@ from cloudevents.http import CloudEvent
 from bench import world as w
 from bench.common import Result, median_of, percentile, timed
 from devstack.kubernetes import FUNCTIONS_USERS
-from devstack.kubernetes.audit import Request
+from devstack.kubernetes.audit import Request, time_on_server
 from events.domain import ADAPTER_READY
 from functions.resources.kinds import VLLM_ADAPTER
 from functions.settings import Settings
@@ -141,6 +141,7 @@ def run(smoke: bool) -> Result:
     engine_load = sequential / replicas
     over_bare = median_of([s - f for s, f in zip(samples, floors, strict=True)])
     kube_ms = median_of([sum(r.seconds for r in made) for made in requests]) * 1000
+    waited_ms = median_of([time_on_server(made) for made in requests]) * 1000
     per_event = median_of([len(made) for made in requests])
     asked = sorted({f"{r.verb} {r.key[1]}" for made in requests for r in made})
     slack_ms = (TARGET * ideal - median_of(floors)) * 1000
@@ -171,6 +172,8 @@ def run(smoke: bool) -> Result:
             "kube_requests_per_event": per_event,
             "kube_requests": asked,
             "kube_server_ms_per_event": round(kube_ms, 1),
+            "kube_server_waited_ms_per_event": round(waited_ms, 1),
+            "target_slack_over_bare_ms": round(slack_ms, 1),
         },
         note=f"reference = ideal; {sequential / value:.1f}x faster than pod after pod; one load made "
         f"directly takes {engine_load * 1000:.0f} ms (pod after pod), so {waves} waves of it "
@@ -180,8 +183,9 @@ def run(smoke: bool) -> Result:
             ""
             if ratio <= TARGET
             else f"; NOT met: the function is {over_bare * 1000:.0f} ms over the bare client, "
-            f"{kube_ms:.0f} ms of it the API server's time for its "
-            f"{per_event:.0f} requests ({', '.join(asked)}; the audit "
-            f"log's), where the bare client's waves leave {slack_ms:.0f} ms of the target"
+            f"{waited_ms:.0f} ms of it waiting on the API server for its "
+            f"{per_event:.0f} requests ({', '.join(asked)}; from the audit "
+            f"log, {kube_ms:.0f} ms summed), where the bare client's waves leave "
+            f"{slack_ms:.0f} ms of the target"
         ),
     )

@@ -14,6 +14,7 @@ import json
 import threading
 import time
 from collections import Counter
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -52,6 +53,9 @@ class Request:
     decision: str
     """The authorizer's: "allow", "forbid", or "" where none was asked."""
     seconds: float
+    """From the server's receiving the request to its answer's end."""
+    received: float = 0.0
+    """When the server received it (seconds since the epoch; 0 where the log does not say)."""
 
     @property
     def allowed(self) -> bool:
@@ -61,6 +65,17 @@ class Request:
     def key(self) -> tuple[str, str]:
         """(verb, resource[/subresource]), e.g. ("patch", "loraadapters/status")."""
         return self.verb, f"{self.resource}/{self.subresource}" if self.subresource else self.resource
+
+
+def time_on_server(requests: Iterable[Request]) -> float:
+    """Seconds during which at least one of `requests` was on the server: what a client making
+    them, some side by side, waited on it (their summed `seconds` counts an overlap twice)."""
+    covered, reach = 0.0, float("-inf")
+    for start, end in sorted((r.received, r.received + r.seconds) for r in requests):
+        if end > reach:
+            covered += end - max(start, reach)
+            reach = end
+    return covered
 
 
 def _seconds(entry: dict[str, Any]) -> float:
@@ -94,6 +109,7 @@ def parse(line: str) -> Request | None:
         code=int((entry.get("responseStatus") or {}).get("code", 0)),
         decision=str(annotations.get("authorization.k8s.io/decision", "")),
         seconds=_seconds(entry),
+        received=_epoch(started) if (started := entry.get("requestReceivedTimestamp")) else 0.0,
     )
 
 
