@@ -76,47 +76,64 @@ def function(
                 with observability.step_span(name, event), concurrency.serving():
                     result = handle(event, deps(name))
             response, outcome = _answer(result)
-        except BodyTooLarge as err:
-            # streamed, so functions-framework's after_request hook does not read the rest of the
-            # body (it reads whole bodies "to avoid connection errors"), and the connection closes
-            body = iter([str(err).encode() + b"\n"])
-            response = flask.Response(body, 413, mimetype="text/plain", headers={"Connection": "close"})
-            outcome, refusal = "rejected", str(err)  # logged from here: reading `body` would buffer it
-        except Reject as err:
-            code = 401 if isinstance(err, Unauthorized) else 400
-            response, outcome = flask.Response(str(err) + "\n", code, mimetype="text/plain"), "rejected"
-        except Retryable as err:
-            response, outcome = flask.Response(str(err) + "\n", 503, mimetype="text/plain"), "retry"
-        except Refused as err:
-            # answered no on purpose (RBAC, validation, size): no retry changes it, no crash to
-            # log. 204: a Knative broker takes any other 2xx body for a failed delivery.
-            response, outcome, refusal = flask.Response(status=204), "refused", str(err)
-        except Exception:
-            log.exception("Handler crashed", extra=_context(name, event))
-            response, outcome = flask.Response("internal error\n", 500, mimetype="text/plain"), "error"
-        elapsed = time.perf_counter() - started
-        event_type = event["type"] if event is not None else "webhook"
-        EVENTS.labels(name, event_type if outcome != "rejected" else "-", outcome).inc()
-        STEP_SECONDS.labels(name).observe(elapsed)
-        level = logging.WARNING if outcome in ("rejected", "retry", "error", "refused") else logging.INFO
-        detail = refusal or (response.get_data(as_text=True).strip() if response.status_code >= 400 else "")
-        log.log(
-            level,
-            "Handled event",
-            extra={
-                **_context(name, event),
-                "outcome": outcome,
-                "status": response.status_code,
-                "detail": detail,
-                "duration_ms": round(elapsed * 1000, 2),
-            },
-        )
+        except Exception as err:  # every failure, a crash included, has its answer
+            response, outcome, refusal = _failed(err, name, event)
+        _report(name, event, response, outcome, refusal, time.perf_counter() - started)
         return response
 
     view.__name__ = name
     view.__qualname__ = name
     functions_framework.http(view)  # registers `name` as an http-signature target
     return view
+
+
+def _failed(err: Exception, name: str, event: CloudEvent | None) -> tuple[flask.Response, str, str]:
+    """The answer to a handler's failure, its outcome, and what to log of a refusal (the table
+    in this module's docstring); called while `err` is being handled, so a crash logs its trace."""
+    if isinstance(err, BodyTooLarge):
+        # streamed, so functions-framework's after_request hook does not read the rest of the
+        # body (it reads whole bodies "to avoid connection errors"), and the connection closes
+        body = iter([str(err).encode() + b"\n"])
+        response = flask.Response(body, 413, mimetype="text/plain", headers={"Connection": "close"})
+        return response, "rejected", str(err)  # logged from here: reading `body` would buffer it
+    if isinstance(err, Reject):
+        code = 401 if isinstance(err, Unauthorized) else 400
+        return flask.Response(str(err) + "\n", code, mimetype="text/plain"), "rejected", ""
+    if isinstance(err, Retryable):
+        return flask.Response(str(err) + "\n", 503, mimetype="text/plain"), "retry", ""
+    if isinstance(err, Refused):
+        # answered no on purpose (RBAC, validation, size): no retry changes it, no crash to
+        # log. 204: a Knative broker takes any other 2xx body for a failed delivery.
+        return flask.Response(status=204), "refused", str(err)
+    log.exception("Handler crashed", extra=_context(name, event))
+    return flask.Response("internal error\n", 500, mimetype="text/plain"), "error", ""
+
+
+def _report(
+    name: str,
+    event: CloudEvent | None,
+    response: flask.Response,
+    outcome: str,
+    refusal: str,
+    elapsed: float,
+) -> None:
+    """The event's metrics and its one log line."""
+    event_type = event["type"] if event is not None else "webhook"
+    EVENTS.labels(name, event_type if outcome != "rejected" else "-", outcome).inc()
+    STEP_SECONDS.labels(name).observe(elapsed)
+    level = logging.WARNING if outcome in ("rejected", "retry", "error", "refused") else logging.INFO
+    detail = refusal or (response.get_data(as_text=True).strip() if response.status_code >= 400 else "")
+    log.log(
+        level,
+        "Handled event",
+        extra={
+            **_context(name, event),
+            "outcome": outcome,
+            "status": response.status_code,
+            "detail": detail,
+            "duration_ms": round(elapsed * 1000, 2),
+        },
+    )
 
 
 def _looks_like_cloudevent(request: flask.Request) -> bool:

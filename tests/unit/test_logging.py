@@ -72,6 +72,21 @@ def test_retry_is_logged_as_warning_with_the_detail(lines: io.StringIO) -> None:
     assert line["detail"] == "filer unavailable" and line["ce_id"] == "evt-1"
 
 
+def test_a_crash_is_logged_with_its_trace_then_answered_500(lines: io.StringIO) -> None:
+    def handle(e: CloudEvent, d: object) -> None:
+        raise KeyError("a bug")
+
+    view = shell.function("logtest_crash", ["io.loraflow.test.v1"], handle)
+
+    assert call(view, event()).status_code == 500
+
+    crashed, handled = [r for r in records(lines) if r.get("function") == "logtest_crash"]
+    assert crashed["msg"] == "Handler crashed" and crashed["level"] == "error"
+    assert "KeyError: 'a bug'" in str(crashed["exc"]) and "in handle" in str(crashed["exc"])
+    assert handled["msg"] == "Handled event" and handled["level"] == "warning"
+    assert handled["outcome"] == "error" and handled["status"] == 500 and handled["ce_id"] == "evt-1"
+
+
 def test_token_like_fields_are_redacted(lines: io.StringIO) -> None:
     log = logging.getLogger("loraflow.test")
     log.info(
