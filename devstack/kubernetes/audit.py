@@ -69,9 +69,11 @@ class Request:
 
 def time_on_server(requests: Iterable[Request]) -> float:
     """Seconds during which at least one of `requests` was on the server: what a client making
-    them, some side by side, waited on it (their summed `seconds` counts an overlap twice)."""
+    them, some side by side, waited on it (their summed `seconds` counts an overlap twice). A
+    watch is left out: it stays open while its client does other things."""
     covered, reach = 0.0, float("-inf")
-    for start, end in sorted((r.received, r.received + r.seconds) for r in requests):
+    spans = sorted((r.received, r.received + r.seconds) for r in requests if r.verb != "watch")
+    for start, end in spans:
         if end > reach:
             covered += end - max(start, reach)
             reach = end

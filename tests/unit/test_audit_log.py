@@ -44,8 +44,8 @@ def test_a_non_resource_request_is_not_one() -> None:
     assert parse(json.dumps({k: v for k, v in ENTRY.items() if k != "objectRef"})) is None
 
 
-def _request(received: float, seconds: float) -> Request:
-    return Request("u", "get", "", "pods", "", "ns", 200, "allow", seconds, received)
+def _request(received: float, seconds: float, verb: str = "get") -> Request:
+    return Request("u", verb, "", "pods", "", "ns", 200, "allow", seconds, received)
 
 
 def test_requests_side_by_side_are_waited_on_once() -> None:
@@ -53,6 +53,12 @@ def test_requests_side_by_side_are_waited_on_once() -> None:
     made = [_request(0.0, 0.002), _request(0.0005, 0.002), _request(0.003, 0.004), _request(0.5, 0.008)]
     assert abs(time_on_server(made) - (0.0025 + 0.004 + 0.008)) < 1e-9
     assert time_on_server([]) == 0.0
+
+
+def test_a_watch_ending_meanwhile_is_not_waited_on() -> None:
+    # a source's watch, open for five minutes, answered its end while the reads ran
+    made = [_request(0.0, 0.002), _request(-300.0, 300.001, verb="watch")]
+    assert abs(time_on_server(made) - 0.002) < 1e-9
 
 
 def _covered(intervals: list[tuple[float, float]]) -> float:
