@@ -80,11 +80,12 @@ def time_on_server(requests: Iterable[Request]) -> float:
     return covered
 
 
-def _seconds(entry: dict[str, Any]) -> float:
+def _timing(entry: dict[str, Any]) -> tuple[float, float]:
+    """(when the server received the request, seconds until its answer's end); 0 for what the
+    entry does not say."""
     started, finished = entry.get("requestReceivedTimestamp"), entry.get("stageTimestamp")
-    if not started or not finished:
-        return 0.0
-    return _epoch(finished) - _epoch(started)
+    received = _epoch(started) if started else 0.0
+    return received, (_epoch(finished) - received if started and finished else 0.0)
 
 
 def _epoch(stamp: str) -> float:
@@ -101,6 +102,7 @@ def parse(line: str) -> Request | None:
     if not ref or not ref.get("resource"):
         return None
     annotations = entry.get("annotations") or {}
+    received, seconds = _timing(entry)
     return Request(
         user=str((entry.get("user") or {}).get("username", "")),
         verb=str(entry.get("verb", "")),
@@ -110,8 +112,8 @@ def parse(line: str) -> Request | None:
         namespace=str(ref.get("namespace", "")),
         code=int((entry.get("responseStatus") or {}).get("code", 0)),
         decision=str(annotations.get("authorization.k8s.io/decision", "")),
-        seconds=_seconds(entry),
-        received=_epoch(started) if (started := entry.get("requestReceivedTimestamp")) else 0.0,
+        seconds=seconds,
+        received=received,
     )
 
 
