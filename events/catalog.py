@@ -85,6 +85,14 @@ CATALOG: tuple[EventType, ...] = (
         "adapter",
     ),
     EventType(
+        domain.ADAPTER_DELETING,
+        domain.AdapterDeleting,
+        "emitted",
+        "admit",
+        "The adapter's deletion was requested; our finalizer holds it until unload has taken it out",
+        "adapter",
+    ),
+    EventType(
         domain.ADAPTER_LOADED,
         domain.AdapterLoaded,
         "emitted",

@@ -26,6 +26,7 @@ ADAPTER_ADMITTED = f"{PREFIX}.adapter.admitted.v1"
 ADAPTER_STAT_COMPLETED = f"{PREFIX}.adapter.statcompleted.v1"
 ADAPTER_READY = f"{PREFIX}.adapter.ready.v1"
 ADAPTER_FAILED = f"{PREFIX}.adapter.failed.v1"
+ADAPTER_DELETING = f"{PREFIX}.adapter.deleting.v1"
 ADAPTER_LOADED = f"{PREFIX}.adapter.loaded.v1"
 """Deprecated: emitted beside `ADAPTER_LOADED_V2` (which says which file set is served) until 0.3."""
 ADAPTER_LOADED_V2 = f"{PREFIX}.adapter.loaded.v2"
@@ -99,6 +100,13 @@ class AdapterFailed(Payload):
     adapter: AdapterRef
     reason: str
     message: str
+
+
+class AdapterDeleting(Payload):
+    """The adapter's deletion was requested and our finalizer holds it until every copy is
+    unloaded from the engines."""
+
+    adapter: AdapterRef
 
 
 class PodFailure(Payload):

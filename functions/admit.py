@@ -6,7 +6,8 @@ Trigger: `dev.knative.apiserver.resource.add|update` for kind LoRAAdapter (eithe
     that wait for it (Ready False `ModelNotFound`) are admitted again at once.
 Reads: the adapter (re-read by name; the event data is only a reference), except for an update
     whose object shows its generation admitted and our finalizer on it (a later step's status
-    write): 204 from the event, no read (`admitted`); vllm: the Model
+    write): 204 from the event, no read (`admitted`), and an add or update that shows a
+    deletion (`deleting`); vllm: the Model
     `spec.model` in the adapter's namespace; sglang: the InferenceService of
     `spec.inferenceServiceRef` (namespace defaults to the adapter's).
 Writes: metadata.finalizers += `loraflow.io/unload` (first), then one status write.
@@ -20,9 +21,13 @@ Replies: `io.loraflow.adapter.admitted.v1` only when a write changed something (
     admission, new generation, a verdict that moved); our own status writes come back as
     update events and end here as no-ops.
     For a Model, each admitted event is published to the Broker (one reply carries one event).
-Outcomes: 200 + admitted; 204 nothing changed / object gone / being deleted (unload owns it)
-    / another kind; 400 malformed event or names; 503 Kubernetes API unavailable or conflicts
-    that outlasted the bounded re-reads.
+    `io.loraflow.adapter.deleting.v1`, from the event, no read, when its object shows a
+    deletion held by our finalizer: unload takes the adapter out of the engines. Every update
+    of an adapter comes here anyway, so a status write wakes one function, not admit and
+    unload both; unload re-reads the adapter, and resync nudges it if this reply is lost.
+Outcomes: 200 + admitted or deleting; 204 nothing changed / object gone / deleted without our
+    finalizer / another kind; 400 malformed event or names; 503 Kubernetes API unavailable or
+    conflicts that outlasted the bounded re-reads.
 """
 
 from __future__ import annotations
@@ -34,7 +39,14 @@ from typing import Any
 
 from cloudevents.http import CloudEvent
 
-from events.domain import ADAPTER_ADMITTED, ADAPTER_DRIFTED, AdapterAdmitted, AdapterRef
+from events.domain import (
+    ADAPTER_ADMITTED,
+    ADAPTER_DELETING,
+    ADAPTER_DRIFTED,
+    AdapterAdmitted,
+    AdapterDeleting,
+    AdapterRef,
+)
 from events.external import API_ADD, API_UPDATE
 from functions.edge import messages, shell
 from functions.edge.bootstrap import Deps
@@ -96,11 +108,28 @@ def handle(event: CloudEvent, deps: Deps) -> CloudEvent | None:
     if kind == MODEL and event["type"] == API_ADD:
         on_model(deps, obj)
         return None
-    if kind is None or kind not in ADAPTER_KINDS.values() or facts.deleting(obj):
+    if kind is None or kind not in ADAPTER_KINDS.values():
         return None
+    if facts.deleting(obj):
+        return deleting(deps, kind, obj)
     if event["type"] == API_UPDATE and admitted(kind, obj):
         return None
     return admit_one(deps, kind, obj["metadata"]["namespace"], obj["metadata"]["name"])
+
+
+def deleting(deps: Deps, kind: Kind, obj: Obj) -> CloudEvent | None:
+    """The deletion an add or update shows, passed on to unload while our finalizer holds it
+    (without it, nothing of ours waits on the adapter)."""
+    if FINALIZER not in (facts.meta(obj).get("finalizers") or []):
+        return None
+    namespace, name = obj["metadata"]["namespace"], obj["metadata"]["name"]
+    return messages.reply(
+        ADAPTER_DELETING,
+        NAME,
+        kind.path(namespace, name),
+        AdapterDeleting(adapter=_ref(kind, namespace, name)),
+        schema_base_url=deps.settings.schema_base_url,
+    )
 
 
 def admitted(kind: Kind, obj: Obj) -> bool:
@@ -157,16 +186,17 @@ def admit_one(deps: Deps, kind: Kind, namespace: str, name: str) -> CloudEvent |
     if not (written.changed or added.changed):
         return None
     generation = int(facts.meta(written.obj).get("generation") or 0)
-    ref_out = AdapterRef.model_validate(
-        {"apiVersion": kind.api_version, "namespace": namespace, "name": name}
-    )
     return messages.reply(
         ADAPTER_ADMITTED,
         NAME,
         kind.path(namespace, name),
-        AdapterAdmitted(adapter=ref_out, generation=generation),
+        AdapterAdmitted(adapter=_ref(kind, namespace, name), generation=generation),
         schema_base_url=deps.settings.schema_base_url,
     )
+
+
+def _ref(kind: Kind, namespace: str, name: str) -> AdapterRef:
+    return AdapterRef.model_validate({"apiVersion": kind.api_version, "namespace": namespace, "name": name})
 
 
 def write_admission(

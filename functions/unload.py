@@ -1,9 +1,9 @@
 """unload: take adapters out of engines when they are deleted or no longer wanted.
 
-Trigger: apiserver update of a LoRAAdapter (acts only with deletionTimestamp + our finalizer: an
-update without one, e.g. a status write, is answered 204 from the event, with no read);
-apiserver update of a ModelDeployment / InferenceService; `adapter.drifted` (loraflowstep=unload);
-`adapter.failed` (a Ready adapter whose files went bad must stop serving the old weights).
+Trigger: `adapter.deleting` (admit saw a deletion held by our finalizer: the adapter's status
+writes wake admit only, not unload too); apiserver update of a ModelDeployment / InferenceService;
+`adapter.drifted` (loraflowstep=unload); `adapter.failed` (a Ready adapter whose files went bad
+must stop serving the old weights).
 Reads: as load does (functions/adapters/fleet.py); for an adapter, the pods of every
 ModelDeployment of its namespace (a copy may be anywhere it was ever named).
 Does: unloads only copies that are ours and not wanted: vllm loaded from our storage layout
@@ -23,7 +23,14 @@ from collections.abc import Mapping
 
 from cloudevents.http import CloudEvent
 
-from events.domain import ADAPTER_DRIFTED, ADAPTER_FAILED, ADAPTER_UNLOADED, STEP_EXTENSION, AdapterUnloaded
+from events.domain import (
+    ADAPTER_DELETING,
+    ADAPTER_DRIFTED,
+    ADAPTER_FAILED,
+    ADAPTER_UNLOADED,
+    STEP_EXTENSION,
+    AdapterUnloaded,
+)
 from events.external import API_UPDATE
 from functions.adapters import fleet
 from functions.adapters.fleet import Request
@@ -36,31 +43,25 @@ from functions.logic.serving import AdapterKey, ListingFailure, World
 from functions.resources.kinds import FINALIZER
 
 NAME = "unload"
-ACCEPTS = (API_UPDATE, ADAPTER_DRIFTED, ADAPTER_FAILED)
+ACCEPTS = (ADAPTER_DELETING, API_UPDATE, ADAPTER_DRIFTED, ADAPTER_FAILED)
 
 
 def request_for(event: CloudEvent, deps: Deps) -> Request | None:
-    if event["type"] in (ADAPTER_DRIFTED, ADAPTER_FAILED):
-        if event["type"] == ADAPTER_DRIFTED and event.get(STEP_EXTENSION) != "unload":
-            return None
-        return take_back(inputs.adapter_key(inputs.adapter_ref(event)))
-    obj = inputs.kube_object(event)
-    key = inputs.object_adapter_key(obj)
-    if key is not None:
-        if not facts.deleting(obj):
-            # a deletion only ever goes one way: an update without a deletionTimestamp predates
-            # any deletion, whose own update follows it (and resync's drift check if it is lost);
-            # so every status write of a live adapter is answered without a GET
-            return None
+    if event["type"] == ADAPTER_DELETING:
+        key = inputs.adapter_key(inputs.adapter_ref(event))
         current = deps.kube.get(inputs.adapter_kind_of(key), key.namespace, key.name)
         if (
             current is None
             or not facts.deleting(current)
             or FINALIZER not in (facts.meta(current).get("finalizers") or [])
         ):
-            return None  # a live adapter's update is admit's; a deletion without our finalizer is done
+            return None  # not deleted (a forged or misrouted event), or its deletion is done
         return take_back(key)
-    target = inputs.target_key(obj)
+    if event["type"] in (ADAPTER_DRIFTED, ADAPTER_FAILED):
+        if event["type"] == ADAPTER_DRIFTED and event.get(STEP_EXTENSION) != "unload":
+            return None
+        return take_back(inputs.adapter_key(inputs.adapter_ref(event)))
+    target = inputs.target_key(inputs.kube_object(event))
     return Request(targets=frozenset({target}), load=False, unload=True) if target is not None else None
 
 

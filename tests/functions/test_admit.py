@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 from cloudevents.http import CloudEvent, from_http
 
-from events.domain import ADAPTER_ADMITTED, ADAPTER_DRIFTED
+from events.domain import ADAPTER_ADMITTED, ADAPTER_DELETING, ADAPTER_DRIFTED
 from functions.resources.kinds import INFERENCE_SERVICE, MODEL, SGLANG_ADAPTER, VLLM_ADAPTER
 from tests.support.testbed import Testbed
 
@@ -248,7 +248,7 @@ def test_a_new_model_admits_the_adapters_waiting_for_it(world: Testbed) -> None:
     assert published_admissions(world, ns) == []
 
 
-def test_deleting_object_and_other_kinds_are_ignored(world: Testbed) -> None:
+def test_a_deletion_is_passed_on_to_unload_and_other_kinds_are_ignored(world: Testbed) -> None:
     ns = world.namespace()
     world.create(MODEL, ns, {"metadata": {"name": "llama"}, "spec": {}})
     created = adapter(world, ns, name="gone")
@@ -258,7 +258,9 @@ def test_deleting_object_and_other_kinds_are_ignored(world: Testbed) -> None:
     )
     deleting = world.get(VLLM_ADAPTER, ns, "gone")
     assert deleting is not None and deleting["metadata"].get("deletionTimestamp")
-    assert world.post("admit", world.apiserver_event("update", deleting)).status_code == 204
+    passed = reply_of(world.post("admit", world.apiserver_event("update", deleting)))
+    assert passed["type"] == ADAPTER_DELETING and passed["subject"] == VLLM_ADAPTER.path(ns, "gone")
+    assert passed.get_data() == world.adapter_data(VLLM_ADAPTER, ns, "gone")
     # a stale add event of the object (without deletionTimestamp): re-read says deleting -> 204
     assert world.post("admit", world.apiserver_event("add", created)).status_code == 204
     model = world.get(MODEL, ns, "llama")

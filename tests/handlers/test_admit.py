@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from cloudevents.http import CloudEvent
 
-from events.domain import ADAPTER_ADMITTED, ADAPTER_DRIFTED, STEP_EXTENSION
+from events.domain import ADAPTER_ADMITTED, ADAPTER_DELETING, ADAPTER_DRIFTED, STEP_EXTENSION, AdapterDeleting
 from events.schema_urls import schema_file
 from functions import admit
 from functions.edge.bootstrap import Deps
@@ -224,12 +224,29 @@ def test_a_new_generation_is_admitted_and_a_lost_finalizer_put_back() -> None:
     assert cluster.stored()["metadata"]["finalizers"] == ["loraflow.io/unload"]
 
 
-def test_a_deleting_adapter_gone_adapter_and_other_kinds_are_left_to_others() -> None:
+@pytest.mark.parametrize("kind", [VLLM_ADAPTER, SGLANG_ADAPTER])
+def test_a_deletion_our_finalizer_holds_is_passed_on_to_unload_from_the_event(kind: Kind) -> None:
+    adapter, name = (new_vllm(), "a1") if kind == VLLM_ADAPTER else (new_sglang(), "s1")
+    cluster = Cluster(model(), inference_service(NS, "chat"), adapter)
+    cluster.added(adapter)
+    cluster.kube.delete(kind, NS, name)
+    deleting = cluster.stored(kind, name)
+    writes, reads = cluster.kube.writes, dict(cluster.kube.gets)
+    for verb in ("update", "add"):  # an add: the source's first listing met the deletion
+        reply = cluster.run(api_event(verb, deleting))
+        assert reply is not None and reply["type"] == ADAPTER_DELETING
+        assert reply["subject"] == kind.path(NS, name) and reply["source"] == "/loraflow/admit"
+        assert reply["dataschema"] == SCHEMAS + schema_file(ADAPTER_DELETING)
+        assert AdapterDeleting.model_validate(reply.get_data()).adapter.name == name
+    assert (cluster.kube.writes, cluster.kube.gets) == (writes, reads)  # from the event alone
+
+
+def test_a_deletion_without_our_finalizer_gone_adapter_and_other_kinds_are_left_to_others() -> None:
     cluster = Cluster(model(), new_vllm())
-    cluster.added(new_vllm())
-    cluster.kube.delete(VLLM_ADAPTER, NS, "a1")
+    unadmitted = new_vllm()
+    unadmitted["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z"
     writes = cluster.kube.writes
-    assert cluster.run(api_event("update", cluster.stored())) is None
+    assert cluster.run(api_event("update", unadmitted)) is None  # nothing of ours waits on it
     assert (
         cluster.run(adapter_event(ADAPTER_DRIFTED, VLLM_ADAPTER, NS, "gone", **{STEP_EXTENSION: "admit"}))
         is None

@@ -11,7 +11,7 @@ from typing import Any
 
 from cloudevents.http import CloudEvent
 
-from events.domain import ADAPTER_DRIFTED, ADAPTER_READY, STEP_EXTENSION
+from events.domain import ADAPTER_DELETING, ADAPTER_DRIFTED, ADAPTER_READY, STEP_EXTENSION
 from events.external import PING
 from functions import load, reload, resync, unload
 from functions.edge.bootstrap import Deps
@@ -135,7 +135,7 @@ def test_room_appearing_loads_the_next_one_by_itself_and_says_so() -> None:
     cluster.kube.delete(SGLANG_ADAPTER, NS, "a")
     doomed = cluster.kube.get(SGLANG_ADAPTER, NS, "a")
     assert doomed is not None
-    cluster.run(unload, api_event("update", doomed))
+    cluster.run(unload, adapter_event(ADAPTER_DELETING, SGLANG_ADAPTER, NS, "a"))
     cluster.run(load, drifted("c"))
     for p in pods:
         assert cluster.engines.pods[url_of(p)].loaded == {"b": "/models/b", "c": "/models/c"}

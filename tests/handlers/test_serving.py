@@ -14,7 +14,14 @@ from typing import Any
 import pytest
 from cloudevents.http import CloudEvent
 
-from events.domain import ADAPTER_DRIFTED, ADAPTER_LOADED_V2, ADAPTER_READY, POD_RELOADED, STEP_EXTENSION
+from events.domain import (
+    ADAPTER_DELETING,
+    ADAPTER_DRIFTED,
+    ADAPTER_LOADED_V2,
+    ADAPTER_READY,
+    POD_RELOADED,
+    STEP_EXTENSION,
+)
 from functions import load, reload, unload
 from functions.edge.bootstrap import Deps
 from functions.errors import EngineUnavailable
@@ -198,7 +205,7 @@ def test_deleting_unloads_everywhere_then_drops_the_finalizer() -> None:
     cluster.kube.delete(VLLM_ADAPTER, "team-a", "a1")
     deleted = cluster.kube.get(VLLM_ADAPTER, "team-a", "a1")
     assert deleted is not None
-    reply = cluster.run(unload, api_event("update", deleted))
+    reply = cluster.run(unload, adapter_event(ADAPTER_DELETING, VLLM_ADAPTER, "team-a", "a1"))
     assert reply is not None and reply.get_data()["finalized"] is True  # type: ignore[index]
     assert all(cluster.engines.engine(url_of(p)).loaded == {} for p in pods)
     assert cluster.kube.get(VLLM_ADAPTER, "team-a", "a1") is None
@@ -213,7 +220,7 @@ def test_a_deletion_a_pod_cannot_confirm_keeps_the_finalizer_and_says_why() -> N
     cluster.kube.delete(VLLM_ADAPTER, "team-a", "a1")
     deleted = cluster.kube.get(VLLM_ADAPTER, "team-a", "a1")
     assert deleted is not None
-    assert cluster.run(unload, api_event("update", deleted)) is None
+    assert cluster.run(unload, adapter_event(ADAPTER_DELETING, VLLM_ADAPTER, "team-a", "a1")) is None
     assert cluster.kube.get(VLLM_ADAPTER, "team-a", "a1") is not None  # the finalizer stays
     loaded = cluster.condition(VLLM_ADAPTER, "team-a", "a1", "Loaded")
     assert loaded["reason"] == reasons.UNLOAD_FAILED and "d1-0" in loaded["message"]
@@ -247,7 +254,7 @@ def test_a_second_tenant_cannot_take_over_a_name(tenants: Cluster) -> None:
     tenants.kube.delete(SGLANG_ADAPTER, "team-a", "grab")
     doomed = tenants.kube.get(SGLANG_ADAPTER, "team-a", "grab")
     assert doomed is not None
-    tenants.run(unload, api_event("update", doomed))
+    tenants.run(unload, adapter_event(ADAPTER_DELETING, SGLANG_ADAPTER, "team-a", "grab"))
     for engine in tenants.engines.pods.values():
         assert engine.loaded == {"support": "/models/b/support"}
     assert tenants.kube.get(SGLANG_ADAPTER, "team-a", "grab") is None

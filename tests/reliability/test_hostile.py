@@ -32,6 +32,7 @@ from tests.support import invariant
 from tests.support.builders import (
     admit,
     condition,
+    deletion_of,
     deployment,
     isvc_pods,
     pod_object,
@@ -124,9 +125,8 @@ def test_a_second_tenant_cannot_take_over_a_name(world: Testbed, two_tenants: tu
     world.custom.delete_namespaced_custom_object(
         SGLANG_ADAPTER.group, SGLANG_ADAPTER.version, team_a, SGLANG_ADAPTER.plural, "grab"
     )
-    assert world.post(
-        "unload", world.apiserver_event("update", stored(world, SGLANG_ADAPTER, team_a, "grab"))
-    ).is_success
+    deletion = deletion_of(world, stored(world, SGLANG_ADAPTER, team_a, "grab"))
+    assert world.post("unload", deletion).is_success
     assert world.get(SGLANG_ADAPTER, team_a, "grab") is None
     for pod in pods:
         assert set(loaded_in(world, team_b, pod)) == {"support"}

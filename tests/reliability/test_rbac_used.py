@@ -35,6 +35,7 @@ from functions.resources.kinds import (
     SGLANG_ADAPTER,
     VLLM_ADAPTER,
 )
+from tests.support.builders import deletion_of
 from tests.support.denials import denials
 from tests.support.filer import FilerClient
 from tests.support.filer_source import (
@@ -167,7 +168,7 @@ def lifecycle(world: Testbed) -> None:
     )
     deleting = world.get(VLLM_ADAPTER, ns, "a")
     assert deleting is not None and deleting["metadata"].get("deletionTimestamp")
-    send(world, "unload", world.apiserver_event("update", deleting))
+    send(world, "unload", deletion_of(world, deleting))
     assert world.get(VLLM_ADAPTER, ns, "a") is None, "finalizer not removed"
     # ... and the sglang one, whose unload fails once (a Warning Event), then finishes
     (sg_pod,) = world.workload.pods(ns, f"{INFERENCE_SERVICE_LABEL}=isvc")
@@ -178,8 +179,9 @@ def lifecycle(world: Testbed) -> None:
     deleting = world.get(SGLANG_ADAPTER, ns, "s")
     assert deleting is not None
     sg_replica.inject(status=500, times=1, routes=["unload"])
-    send(world, "unload", world.apiserver_event("update", deleting), ok=(200, 204, 503))
-    send(world, "unload", world.apiserver_event("update", deleting))
+    deletion = deletion_of(world, deleting)
+    send(world, "unload", deletion, ok=(200, 204, 503))
+    send(world, "unload", deletion)
     assert world.get(SGLANG_ADAPTER, ns, "s") is None, "sglang finalizer not removed"
 
 

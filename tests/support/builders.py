@@ -15,6 +15,7 @@ from cloudevents.http import CloudEvent, from_http
 
 from events.domain import (
     ADAPTER_ADMITTED,
+    ADAPTER_DELETING,
     ADAPTER_DRIFTED,
     ADAPTER_LOADED_V2,
     ADAPTER_STAT_COMPLETED,
@@ -206,8 +207,17 @@ def delete_before_the_load_lands(world: Testbed, kind: Kind, ns: str, name: str)
     world.custom.delete_namespaced_custom_object(kind.group, kind.version, ns, kind.plural, name)
     deleting = world.get(kind, ns, name)
     assert deleting is not None and deleting["metadata"].get("deletionTimestamp")
-    assert world.post("unload", world.apiserver_event("update", deleting)).is_success
+    assert world.post("unload", deletion_of(world, deleting)).is_success
     assert world.get(kind, ns, name) is None  # finalizer dropped: nothing was loaded yet
+
+
+def deletion_of(world: Testbed, deleting: dict[str, Any]) -> CloudEvent:
+    """What reaches unload for a deletion: admit's reply to the update that shows it."""
+    answer = world.post("admit", world.apiserver_event("update", deleting))
+    assert answer.status_code == 200, answer.text
+    event = from_http(dict(answer.headers), answer.content)
+    assert event["type"] == ADAPTER_DELETING
+    return event
 
 
 def drifted(world: Testbed, ns: str) -> httpx.Response:
