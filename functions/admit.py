@@ -7,7 +7,7 @@ Trigger: `dev.knative.apiserver.resource.add|update` for kind LoRAAdapter (eithe
 Reads: the adapter (re-read by name; the event data is only a reference), except for an update
     whose object shows its generation admitted and our finalizer on it (a later step's status
     write): 204 from the event, no read (`admitted`), and an add or update that shows a
-    deletion (`deleting`); vllm: the Model
+    deletion (`pass_on_deletion`); vllm: the Model
     `spec.model` in the adapter's namespace; sglang: the InferenceService of
     `spec.inferenceServiceRef` (namespace defaults to the adapter's).
 Writes: metadata.finalizers += `loraflow.io/unload` (first), then one status write.
@@ -111,13 +111,13 @@ def handle(event: CloudEvent, deps: Deps) -> CloudEvent | None:
     if kind is None or kind not in ADAPTER_KINDS.values():
         return None
     if facts.deleting(obj):
-        return deleting(deps, kind, obj)
+        return pass_on_deletion(deps, kind, obj)
     if event["type"] == API_UPDATE and admitted(kind, obj):
         return None
     return admit_one(deps, kind, obj["metadata"]["namespace"], obj["metadata"]["name"])
 
 
-def deleting(deps: Deps, kind: Kind, obj: Obj) -> CloudEvent | None:
+def pass_on_deletion(deps: Deps, kind: Kind, obj: Obj) -> CloudEvent | None:
     """The deletion an add or update shows, passed on to unload while our finalizer holds it
     (without it, nothing of ours waits on the adapter)."""
     if FINALIZER not in (facts.meta(obj).get("finalizers") or []):
