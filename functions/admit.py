@@ -120,7 +120,7 @@ def handle(event: CloudEvent, deps: Deps) -> CloudEvent | None:
 def pass_on_deletion(deps: Deps, kind: Kind, obj: Obj) -> CloudEvent | None:
     """The deletion an add or update shows, passed on to unload while our finalizer holds it
     (without it, nothing of ours waits on the adapter)."""
-    if FINALIZER not in (facts.meta(obj).get("finalizers") or []):
+    if not facts.deletion_held(obj):
         return None
     namespace, name = obj["metadata"]["namespace"], obj["metadata"]["name"]
     return messages.reply(

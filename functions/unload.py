@@ -50,11 +50,7 @@ def request_for(event: CloudEvent, deps: Deps) -> Request | None:
     if event["type"] == ADAPTER_DELETING:
         key = inputs.adapter_key(inputs.adapter_ref(event))
         current = deps.kube.get(inputs.adapter_kind_of(key), key.namespace, key.name)
-        if (
-            current is None
-            or not facts.deleting(current)
-            or FINALIZER not in (facts.meta(current).get("finalizers") or [])
-        ):
+        if current is None or not facts.deletion_held(current):
             return None  # not deleted (a forged or misrouted event), or its deletion is done
         return take_back(key)
     if event["type"] in (ADAPTER_DRIFTED, ADAPTER_FAILED):

@@ -63,7 +63,7 @@ from functions.logic.serving import (
     TargetKey,
     TargetReport,
 )
-from functions.resources.kinds import FINALIZER, SERVING_BY_RUNTIME
+from functions.resources.kinds import SERVING_BY_RUNTIME
 
 Obj = dict[str, Any]
 Listing = dict[str, str] | None
@@ -494,7 +494,7 @@ def _lifecycle(
     waiting: set[AdapterKey] = set()
     for key, obj in sorted(objects.items()):
         if facts.deleting(obj):
-            if FINALIZER in (facts.meta(obj).get("finalizers") or []):
+            if facts.deletion_held(obj):
                 add(key, "unload", "deleting and still carrying our finalizer")
             waiting.add(key)
             continue

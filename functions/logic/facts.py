@@ -26,6 +26,7 @@ from functions.logic.paths import (
     is_under,
 )
 from functions.logic.serving import Adapter, AdapterKey, Serve, Target, TargetKey
+from functions.resources.kinds import FINALIZER
 
 Obj = Mapping[str, Any]
 MAX_RANK_ANNOTATION = "loraflow.io/max-lora-rank"
@@ -81,6 +82,11 @@ def namespace_of(obj: Obj) -> str:
 
 def deleting(obj: Obj) -> bool:
     return bool(meta(obj).get("deletionTimestamp"))
+
+
+def deletion_held(obj: Obj) -> bool:
+    """Deleted while our finalizer holds it: unload has copies to take back before it goes."""
+    return deleting(obj) and FINALIZER in (meta(obj).get("finalizers") or [])
 
 
 def condition(obj: Obj, type_: str) -> Mapping[str, Any] | None:
