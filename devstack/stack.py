@@ -74,7 +74,16 @@ from devstack.eventing.triggers import (
 from devstack.eventing.triggerwatch import TriggerWatch
 from devstack.functions_host import FUNCTIONS, FunctionHost, ProcessFunctionHost, launch_source
 from devstack.kubernetes import Kube, close_client, prepared
-from devstack.seaweedfs import BUCKET, MOUNT_ROOT, FaultProxy, SeaweedServer, Shared, Webhook, WebhookRelay
+from devstack.seaweedfs import (
+    BUCKET,
+    MOUNT_ROOT,
+    FaultProxy,
+    SeaweedServer,
+    Shared,
+    Webhook,
+    WebhookRelay,
+    settle_marker,
+)
 from devstack.seaweedfs.tokens import loraflow_token, tenant_token
 from devstack.supervisor import Supervisor
 from devstack.workload import Workload
@@ -450,7 +459,7 @@ class Stack:
         notification went through, so did every earlier one."""
         delivered = True
         if self.notifications != "source":
-            marker = f"/.settle/{secrets.token_hex(8)}"
+            marker = settle_marker()
             ours = self.seaweed.write_headers()
             self.http.put(self.seaweed.url + marker, content=b"", headers=ours).raise_for_status()
             delivered = self.relay.await_key(marker, timeout)
@@ -465,9 +474,8 @@ class Stack:
         return idle and delivered
 
     def _source_barrier(self, timeout: float) -> bool:
-        """A marker in the watched layout that no adapter owns (`.settle` is no namespace):
-        its file.changed at the broker means the source published everything before it."""
-        key = f"/loraadapters/.settle/{secrets.token_hex(8)}"
+        """A marker's file.changed at the broker means the source published everything before it."""
+        key = settle_marker()
         filer_path = (f"/buckets/{self.bucket}" if self.storage == "s3" else "") + key
         seq = max((e["seq"] for e in self.broker.log.since(0)), default=0)
         ours = self.seaweed.write_headers()

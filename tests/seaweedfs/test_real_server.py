@@ -178,6 +178,24 @@ def test_the_webhook_queue_makes_one_attempt_then_dead_letters(
     assert "dead letter" in text and key in text
 
 
+def test_the_webhook_is_told_only_of_the_notified_prefixes(
+    seaweed: Shared, base: str, filer: FilerClient
+) -> None:
+    """A frozen set (written by verify under /loraflow-frozen/) reaches no one, as with the
+    `path_prefixes` of knative/seaweedfs/notification.yaml; the queue keeps the filer's order,
+    so once a later write under the adapter layout went through, the frozen one would have."""
+    frozen = f"/loraflow-frozen/sw-{secrets.token_hex(3)}/m/a/digest/f.bin"
+    later = base + f"after-{secrets.token_hex(3)}.bin"
+    try:
+        filer.put_file(frozen, b"x")
+        filer.put_file(later, b"x")
+        assert seaweed.relay.await_key(later, 20)
+        assert seaweed.relay.deliveries(frozen) == 0
+        assert seaweed.relay.deliveries(frozen.rsplit("/", 1)[0]) == 0  # nor its new folders
+    finally:
+        httpx.delete(seaweed.server.url + frozen.split("/m/")[0], params={"recursive": "true"})
+
+
 def test_a_restart_keeps_the_data_and_stop_leaves_no_sockets(tmp_path: Path) -> None:
     """(The shared server restarts in tests/reliability's infra.filer-restart scenario.)"""
     from devstack.seaweedfs import SeaweedServer

@@ -35,7 +35,7 @@ from devstack.eventing.triggers import render
 from devstack.functions_host import FUNCTIONS, FunctionHost
 from devstack.kubernetes import Kube
 from devstack.kubernetes import shared as shared_control_plane
-from devstack.seaweedfs import MOUNT_ROOT, FaultProxy, Shared, shared
+from devstack.seaweedfs import MOUNT_ROOT, FaultProxy, Shared, settle_marker, shared
 from devstack.workload import Workload
 from events.domain import AdapterRef
 from functions.adapters.storage import quote_path
@@ -163,7 +163,7 @@ class Testbed:
 
     def settle(self, timeout: float = 10.0) -> bool:
         """Wait until the filer's notifications so far went through (see Stack.settle)."""
-        marker = f"/.settle/{secrets.token_hex(8)}"
+        marker = settle_marker()
         self.http.put(self.seaweed.server.url + marker, content=b"").raise_for_status()
         delivered = self.seaweed.relay.await_key(marker, timeout)
         self.http.delete(self.seaweed.server.url + marker)
