@@ -12,9 +12,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from devstack.seaweedfs.faultproxy import Fault, FaultProxy
-from devstack.seaweedfs.relay import WebhookRelay, settle_marker
+from devstack.seaweedfs.relay import WebhookRelay
 from devstack.seaweedfs.s3_iam import BUCKET, S3Identity
-from devstack.seaweedfs.server import SeaweedServer, Webhook, weed_binary
+from devstack.seaweedfs.server import SeaweedServer, Webhook, settle_marker, weed_binary
 
 __all__ = [
     "BUCKET",

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import secrets
 import threading
 import time
 from collections import deque
@@ -28,12 +27,6 @@ from devstack.http_handler import StandInHandler
 from devstack.keepalive import Pools, SendError
 
 FORWARDED = ("Content-Type", "Authorization", "User-Agent")
-
-
-def settle_marker() -> str:
-    """A fresh path for a barrier's marker: in the layout the filer notifies, owned by no
-    adapter (`.settle` is no namespace)."""
-    return f"/loraadapters/.settle/{secrets.token_hex(8)}"
 
 
 class WebhookRelay:

@@ -36,6 +36,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import secrets
 import shutil
 import signal
 import subprocess
@@ -52,16 +53,23 @@ import httpx
 
 from devstack.ports import free_ports
 from devstack.seaweedfs import s3_iam, tokens
+from functions.logic.paths import STORAGE_ROOT
 
 log = logging.getLogger("devstack.seaweedfs")
 
 READINESS_PATH = "/.readiness/probe"
 """Written and deleted once at start; outside `NOTIFIED_PREFIXES`, so never notified."""
 
-NOTIFIED_PREFIXES = ("/loraadapters/", "/buckets/")
+NOTIFIED_PREFIXES = (STORAGE_ROOT + "/", "/buckets/")
 """What the filer's webhook is told of, as knative/seaweedfs/notification.yaml configures it in a
 cluster: the adapter layout, and the S3 gateway's bucket folders (each test names its own
 bucket). Frozen sets (/loraflow-frozen/), which only verify writes, reach no one."""
+
+
+def settle_marker() -> str:
+    """A fresh path for a barrier's marker: in the adapter layout, which the webhook and the filer
+    source both report, and owned by no adapter (`.settle` is no namespace)."""
+    return f"{STORAGE_ROOT}/.settle/{secrets.token_hex(8)}"
 
 
 @dataclass(frozen=True)
