@@ -124,19 +124,22 @@ class SeaweedServer:
         webhook: Webhook | None = None,
         s3: bool = True,
         max_mb: int = 4,
+        volumes: int = 100,
         host: str = "127.0.0.1",
         base_dir: Path | None = None,
         signing_key: str | None = None,
     ) -> None:
         """`signing_key`: the filer's `jwt.filer_signing.key` (None: writes need no token). The
         S3 gateway signs in the operator and loraflow (`s3_operator`, `s3_loraflow`) and, once
-        `add_s3_identity` has added one, a tenant: no one else."""
+        `add_s3_identity` has added one, a tenant: no one else. `volumes`: how many volumes of
+        64 MB it may grow (the default holds a 512 MiB benchmark file and its copies)."""
         self.webhook = webhook
         self.s3_operator = s3_iam.operator()
         self.s3_loraflow = s3_iam.loraflow()
         self.signing_key = signing_key
         self.s3 = s3
         self.max_mb = max_mb
+        self.volumes = volumes
         self.host = host
         self._owns_dir = base_dir is None
         self.dir = Path(tempfile.mkdtemp(prefix="loraflow-seaweed-")) if base_dir is None else base_dir
@@ -202,7 +205,7 @@ class SeaweedServer:
             "-master.volumeSizeLimitMB=64",
             f"-volume.port={p['volume']}",
             f"-volume.port.grpc={p['volume_grpc']}",
-            "-volume.max=100",  # 64 MB each, none preallocated: room for a 512 MiB benchmark file
+            f"-volume.max={self.volumes}",  # 64 MB each, none preallocated
             "-volume.preStopSeconds=0",
             "-filer",
             f"-filer.port={p['filer']}",
