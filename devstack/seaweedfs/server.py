@@ -132,7 +132,7 @@ class SeaweedServer:
         """`signing_key`: the filer's `jwt.filer_signing.key` (None: writes need no token). The
         S3 gateway signs in the operator and loraflow (`s3_operator`, `s3_loraflow`) and, once
         `add_s3_identity` has added one, a tenant: no one else. `volumes`: how many volumes of
-        64 MB it may grow (the default holds a 512 MiB benchmark file and its copies)."""
+        64 MB it may grow, none preallocated (the default has room for a 512 MiB benchmark file)."""
         self.webhook = webhook
         self.s3_operator = s3_iam.operator()
         self.s3_loraflow = s3_iam.loraflow()
@@ -205,7 +205,7 @@ class SeaweedServer:
             "-master.volumeSizeLimitMB=64",
             f"-volume.port={p['volume']}",
             f"-volume.port.grpc={p['volume_grpc']}",
-            f"-volume.max={self.volumes}",  # 64 MB each, none preallocated
+            f"-volume.max={self.volumes}",
             "-volume.preStopSeconds=0",
             "-filer",
             f"-filer.port={p['filer']}",
