@@ -137,12 +137,8 @@ def _measure(
     for entry in samples["through the filer (Content-MD5)"]:
         entry["md5_check_seconds"] = 0.0  # the filer checked it
     moved = f"/buckets/{bucket}/{key}.moved"
-    record(
-        "filer mv.from",  # last: it takes the source away
-        lambda: client.post(quote_path(moved), params={"mv.from": source}).raise_for_status(),
-        0,
-        None,
-    )
+    move = partial(_ok_post, client, moved, {"mv.from": source})
+    record("filer mv.from", move, 0, None)  # last: it takes the source away
     figures = {name: _medians(entries) for name, entries in samples.items()} | failures
     client.delete(quote_path(frozen), params={"recursive": "true"})
     client.delete(quote_path(f"/buckets/{bucket}/loraadapters/bench-{tag}"), params={"recursive": "true"})
